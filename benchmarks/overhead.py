@@ -1,0 +1,101 @@
+"""What cachekit adds to one call: the raw SDK, the cachekit miss path and the hit path, side by side.
+
+Builds a 60-message agent request from ``../shared/data/traces-dev.jsonl`` (system prompt, tools and
+the first 60 messages of the longest conversation) and sends it through the real ``anthropic`` SDK to
+an instant in-process upstream (:class:`cachekit.testing.FakeUpstream`), interleaving the variants
+round by round so machine noise hits them alike. Prints medians, p90s and the ratios.
+
+    python benchmarks/overhead.py [--rounds 400] [--traces PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import orjson
+from anthropic import Anthropic
+
+import cachekit
+from cachekit.stores import MemoryStore, SQLiteStore
+from cachekit.testing import FakeUpstream
+
+DEFAULT_TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces-dev.jsonl"
+
+
+def agent_request(traces: Path, messages: int = 60) -> dict[str, Any]:
+    conversations = [orjson.loads(line) for line in traces.read_bytes().splitlines() if line.strip()]
+    longest = max(conversations, key=lambda c: len(c["messages"]))
+    if len(longest["messages"]) < messages:
+        raise SystemExit(f"no conversation in {traces} has {messages} messages")
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 1024,
+        "system": longest["system"],
+        "tools": longest["tools"],
+        "messages": longest["messages"][:messages],
+    }
+
+
+def client(cache: Any | None) -> Anthropic:
+    http = httpx2.Client(transport=FakeUpstream())
+    if cache is None:
+        return Anthropic(api_key="sk-bench", http_client=http, max_retries=0)
+    return cachekit.Anthropic(api_key="sk-bench", http_client=http, max_retries=0, cache=cache)
+
+
+def timed(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=400)
+    parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
+    args = parser.parse_args()
+
+    body = agent_request(args.traces)
+    size = len(orjson.dumps(body))
+    tmp = Path(__import__("tempfile").mkdtemp())
+    raw = client(None)
+    memory = client(MemoryStore(max_bytes=1 << 30))
+    sqlite = client(SQLiteStore(tmp / "bench.sqlite3"))
+
+    def call(sdk: Anthropic, **extra: Any) -> None:
+        sdk.messages.create(**body, **extra)
+
+    # Warm up each path (imports, connection set-up, the first entry for the hit path).
+    for sdk in (raw, memory, sqlite):
+        for _ in range(20):
+            call(sdk)
+
+    samples: dict[str, list[float]] = {k: [] for k in ("raw", "miss-memory", "miss-sqlite", "hit-memory", "hit-sqlite")}
+    for i in range(args.rounds):
+        unique = {"metadata": {"user_id": f"round-{i}"}}  # same size as a real request, never cached before
+        samples["raw"].append(timed(lambda: call(raw, **unique)))
+        samples["miss-memory"].append(timed(lambda: call(memory, **unique)))
+        samples["miss-sqlite"].append(timed(lambda: call(sqlite, **unique)))
+        samples["hit-memory"].append(timed(lambda: call(memory)))
+        samples["hit-sqlite"].append(timed(lambda: call(sqlite)))
+
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    p90 = {k: statistics.quantiles(v, n=10)[-1] for k, v in samples.items()}
+    print(f"request: 60 messages, {len(body['tools'])} tools, {size / 1024:.0f} KiB JSON; {args.rounds} rounds")
+    print(f"{'path':<14}{'median ms':>11}{'p90 ms':>9}{'vs raw':>9}")
+    for name in samples:
+        print(f"{name:<14}{med[name]:>11.3f}{p90[name]:>9.3f}{med[name] / med['raw']:>8.2f}x")
+    for store in ("memory", "sqlite"):
+        added = med[f"miss-{store}"] - med["raw"]
+        print(f"miss path adds {added:+.3f} ms per call ({store}); hit costs {med[f'hit-{store}'] / med['raw']:.2f}x a raw call")
+    for sdk in (raw, memory, sqlite):
+        sdk.close()
+
+
+if __name__ == "__main__":
+    main()

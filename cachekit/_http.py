@@ -1,0 +1,66 @@
+"""The two HTTP libraries cachekit sits between.
+
+The official SDKs moved from ``httpx`` to its fork ``httpx2`` (same API, separate classes); raw
+``httpx`` users and older SDK releases still use ``httpx``. cachekit serves both with one code path.
+Its transports subclass ``httpx2``'s base classes (so the SDKs accept and type-check them), which
+``httpx`` clients accept too, since they never check a transport's class; and every request is
+answered with objects of the library the request came from. ``Request``/``Response`` below are
+therefore ``Any``-typed aliases: the values are ``httpx`` or ``httpx2`` objects, whose APIs are
+identical.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, TypeAlias
+
+__all__ = ["Request", "Response", "build_response", "library_of", "rebuild_request"]
+
+Request: TypeAlias = Any
+Response: TypeAlias = Any
+
+_LIBRARIES = ("httpx", "httpx2")
+_library_cache: dict[type, ModuleType] = {}
+
+
+def library_of(obj: object) -> ModuleType:
+    """The HTTP library (``httpx`` or ``httpx2`` module) that ``obj``'s class belongs to."""
+    cls = type(obj)
+    library = _library_cache.get(cls)
+    if library is None:
+        # Walk the MRO: the SDKs subclass the library's Client (anthropic's SyncHttpxClientWrapper).
+        names = [c.__module__.partition(".")[0] for c in cls.__mro__]
+        name = next((n for n in names if n in _LIBRARIES), None)
+        if name is None:
+            raise TypeError(f"expected an httpx or httpx2 object, got {cls.__module__}.{cls.__qualname__}")
+        library = _library_cache[cls] = importlib.import_module(name)
+    return library
+
+
+def build_response(
+    library: ModuleType, status: int, headers: Sequence[tuple[str, str]], content: bytes
+) -> Response:
+    """A complete in-memory response of ``library``'s type."""
+    return library.Response(
+        status,
+        headers=headers,
+        content=content,
+        extensions={"http_version": b"HTTP/1.1", "reason_phrase": _reason(library, status)},
+    )
+
+
+def _reason(library: ModuleType, status: int) -> bytes:
+    phrase: str = library.codes.get_reason_phrase(status)
+    return phrase.encode("ascii")
+
+
+def rebuild_request(request: Request, content: bytes) -> Request:
+    """A copy of ``request`` with a new body (and a matching ``Content-Length``)."""
+    headers = request.headers.copy()
+    headers.pop("content-length", None)
+    headers.pop("transfer-encoding", None)
+    return library_of(request).Request(
+        request.method, request.url, headers=headers, content=content, extensions=request.extensions
+    )

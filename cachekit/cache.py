@@ -1,0 +1,94 @@
+"""A configured response cache: one store and the pipeline that decides how to use it.
+
+Several transports (a client's default transport and its proxy mounts, or the sync and async clients of
+one application) can share one :class:`Cache`, so they share entries, counters and the store's
+connection.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TypeAlias
+
+from cachekit.config import CacheConfig, cachekit_home
+from cachekit.errors import ConfigError
+from cachekit.pipeline import Pipeline, PipelineStats
+from cachekit.stores.base import AsyncStore, Store
+from cachekit.stores.url import store_from_url
+
+__all__ = ["Cache", "CacheLike", "as_cache"]
+
+
+class Cache:
+    """A store plus the :class:`~cachekit.pipeline.Pipeline` that uses it.
+
+    Args:
+        config: how to cache; its ``store`` (object or URL) is opened here. A store opened from a URL
+            belongs to this cache and is closed by :meth:`close`; a store object passed in is the
+            caller's to close.
+    """
+
+    def __init__(self, config: CacheConfig | None = None) -> None:
+        self.config = config if config is not None else CacheConfig.from_env()
+        store = self.config.store
+        if store is None:
+            self.store: Store | AsyncStore = store_from_url("sqlite://", home=cachekit_home())
+            self._owns_store = True
+        elif isinstance(store, str):
+            self.store = store_from_url(store, home=cachekit_home())
+            self._owns_store = True
+        elif isinstance(store, (Store, AsyncStore)):
+            self.store = store
+            self._owns_store = False
+        else:
+            raise ConfigError(f"cache store must be a Store, an AsyncStore or a URL, not {type(store).__name__}")
+        # Decided once here: a runtime Protocol check costs microseconds, too much for every request.
+        self.async_store: AsyncStore | None = self.store if isinstance(self.store, AsyncStore) else None
+        self.sync_store: Store | None = self.store if isinstance(self.store, Store) else None
+        self.pipeline = Pipeline(self.config, secret=self.store.secret)
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def stats(self) -> PipelineStats:
+        """Live counters: hits, misses, bypasses, stores, store errors, corrupt entries."""
+        return self.pipeline.stats
+
+    def close(self) -> None:
+        """Close the store if this cache opened it. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._owns_store and self.sync_store is not None:
+            self.sync_store.close()
+
+    async def aclose(self) -> None:
+        """Close the store if this cache opened it (async stores too). Idempotent."""
+        if self.async_store is not None and self._owns_store:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True
+            await self.async_store.aclose()
+        else:
+            self.close()
+
+
+#: Everything a ``cache=`` argument accepts.
+CacheLike: TypeAlias = "Cache | CacheConfig | Store | AsyncStore | str | None"
+
+
+def as_cache(cache: CacheLike) -> tuple[Cache, bool]:
+    """Turn a ``cache=`` argument into a :class:`Cache`; the flag says whether the caller now owns it."""
+    if isinstance(cache, Cache):
+        return cache, False
+    if isinstance(cache, CacheConfig):
+        return Cache(cache), True
+    if cache is None:
+        return Cache(), True
+    if isinstance(cache, (str, Store, AsyncStore)):
+        return Cache(CacheConfig.from_env(store=cache)), True
+    raise ConfigError(
+        "cache= takes a Cache, a CacheConfig, a store object or a store URL, not " + type(cache).__name__
+    )

@@ -1,0 +1,109 @@
+"""Drop-in SDK clients and :func:`wrap`.
+
+``cachekit.Anthropic(cache=..., **sdk_kwargs)`` *is* an ``anthropic.Anthropic`` (a subclass built on
+first use, so importing cachekit never imports an SDK): the SDK builds its own HTTP client exactly as it
+always does (limits, keep-alive, proxies from the environment), then cachekit wraps that client's
+transports. ``copy()`` and ``with_options()`` hand the same HTTP client to the new SDK object, so
+caching carries over.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any, TypeVar
+
+from cachekit._http import library_of
+from cachekit.cache import Cache, CacheLike, as_cache
+from cachekit.errors import MissingExtraError
+from cachekit.transport import AsyncCachingTransport, CachingTransport
+
+__all__ = ["DROP_IN_CLIENTS", "cache_of", "drop_in_class", "install", "wrap"]
+
+T = TypeVar("T")
+
+#: cachekit name → (SDK module, SDK class, extra that installs it).
+DROP_IN_CLIENTS: dict[str, tuple[str, str, str]] = {
+    "Anthropic": ("anthropic", "Anthropic", "anthropic"),
+    "AsyncAnthropic": ("anthropic", "AsyncAnthropic", "anthropic"),
+    "OpenAI": ("openai", "OpenAI", "openai"),
+    "AsyncOpenAI": ("openai", "AsyncOpenAI", "openai"),
+}
+
+_built: dict[str, type[Any]] = {}
+_built_lock = threading.Lock()
+
+
+def _http_client_of(client: Any) -> Any:
+    """The httpx/httpx2 client behind an SDK client (or the client itself when it is one)."""
+    candidate = getattr(client, "_client", client)
+    try:
+        library = library_of(candidate)
+    except TypeError:
+        raise TypeError(
+            f"cannot add caching to {type(client).__name__}: expected an anthropic/openai SDK client "
+            "or an httpx/httpx2 Client"
+        ) from None
+    if not isinstance(candidate, (library.Client, library.AsyncClient)):
+        raise TypeError(f"cannot add caching to {type(client).__name__}: its HTTP client is not an httpx Client")
+    return candidate
+
+
+def install(http_client: Any, cache: CacheLike = None) -> Cache:
+    """Wrap every transport of an ``httpx``/``httpx2`` client (its default one and its proxy mounts)
+    with one shared :class:`~cachekit.cache.Cache`. Installing twice keeps the first cache."""
+    current = http_client._transport
+    if isinstance(current, (CachingTransport, AsyncCachingTransport)):
+        return current.cache
+    shared, owned = as_cache(cache)
+    wrapper = AsyncCachingTransport if isinstance(http_client, library_of(http_client).AsyncClient) else CachingTransport
+    # The default transport owns the cache (closing the client closes the store once); mounts share it.
+    http_client._transport = wrapper(current, cache=shared, owns_cache=owned)
+    http_client._mounts = {
+        pattern: None if transport is None else wrapper(transport, cache=shared, owns_cache=False)
+        for pattern, transport in http_client._mounts.items()
+    }
+    return shared
+
+
+def wrap(client: T, cache: CacheLike = None) -> T:
+    """Add caching to an SDK client (or httpx client) built elsewhere, and return it.
+
+    The client's HTTP client is changed in place, so every copy of the SDK client that shares it
+    caches too.
+    """
+    install(_http_client_of(client), cache)
+    return client
+
+
+def cache_of(client: Any) -> Cache:
+    """The :class:`~cachekit.cache.Cache` a wrapped client uses (for its ``stats``)."""
+    transport = _http_client_of(client)._transport
+    if not isinstance(transport, (CachingTransport, AsyncCachingTransport)):
+        raise TypeError(f"{type(client).__name__} has no cachekit cache; use cachekit.wrap() first")
+    return transport.cache
+
+
+def drop_in_class(name: str) -> type[Any]:
+    """Build (once) the cachekit subclass of an SDK client class, e.g. ``drop_in_class("Anthropic")``."""
+    with _built_lock:
+        if name in _built:
+            return _built[name]
+        module_name, class_name, extra = DROP_IN_CLIENTS[name]
+        try:
+            sdk_class: type[Any] = getattr(importlib.import_module(module_name), class_name)
+        except ImportError as exc:
+            raise MissingExtraError(module_name, extra, f"cachekit.{name}") from exc
+
+        def __init__(self: Any, *args: Any, cache: CacheLike = None, **kwargs: Any) -> None:
+            sdk_class.__init__(self, *args, **kwargs)
+            install(self._client, cache)
+
+        doc = (
+            f"``{module_name}.{class_name}`` with a response cache: the SDK's own constructor plus "
+            "``cache=`` (a Cache, a CacheConfig, a store object or a store URL; by default "
+            "``$CACHEKIT_CACHE_URL`` or SQLite under ``$CACHEKIT_HOME``)."
+        )
+        built = type(name, (sdk_class,), {"__init__": __init__, "__module__": "cachekit", "__doc__": doc})
+        _built[name] = built
+        return built

@@ -1,0 +1,92 @@
+"""Per-call policy carried in a context variable, so it follows threads' and tasks' call stacks.
+
+The decorator :func:`cachekit.cached` and the context manager :func:`cachekit.policy` set it; the
+transport reads it for every request made inside. A request's own ``x-cachekit-*`` headers win over
+the context, which wins over the client's :class:`~cachekit.config.CacheConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+
+from cachekit.config import MODES, Mode
+from cachekit.errors import ConfigError
+
+__all__ = ["CallPolicy", "current_policy", "policy"]
+
+
+class _Unset:
+    """Marker for "not set here" (``None`` is a meaningful ttl: never expire)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class CallPolicy:
+    """What the enclosing code asked for; fields left unset defer to the client's config."""
+
+    tenant: str | None = None
+    namespace: str | None = None
+    ttl: float | None | _Unset = UNSET
+    mode: Mode | None = None
+
+    def merged(self, inner: CallPolicy) -> CallPolicy:
+        """The policy in force when ``inner`` is entered inside ``self``: inner's set fields win."""
+        return replace(
+            self,
+            tenant=inner.tenant if inner.tenant is not None else self.tenant,
+            namespace=inner.namespace if inner.namespace is not None else self.namespace,
+            ttl=self.ttl if isinstance(inner.ttl, _Unset) else inner.ttl,
+            mode=inner.mode if inner.mode is not None else self.mode,
+        )
+
+
+_EMPTY = CallPolicy()
+_current: ContextVar[CallPolicy] = ContextVar("cachekit_policy", default=_EMPTY)
+
+
+def current_policy() -> CallPolicy:
+    """The policy in force here (an all-unset policy outside any decorator)."""
+    return _current.get()
+
+
+def make_policy(
+    *, tenant: str | None, namespace: str | None, ttl: float | None | _Unset, bypass: bool, mode: str | None
+) -> CallPolicy:
+    """Validate decorator arguments into a :class:`CallPolicy`."""
+    if bypass and mode not in (None, "bypass"):
+        raise ConfigError("bypass=True conflicts with mode=" + repr(mode))
+    chosen = "bypass" if bypass else mode
+    if chosen is not None and chosen not in MODES:
+        raise ConfigError(f"mode must be one of {sorted(MODES)}, not {chosen!r}")
+    if not isinstance(ttl, _Unset) and ttl is not None and not ttl > 0:
+        raise ConfigError(f"ttl must be a positive number of seconds or None, not {ttl!r}")
+    return CallPolicy(tenant=tenant, namespace=namespace, ttl=ttl, mode=chosen)  # type: ignore[arg-type]
+
+
+@contextmanager
+def policy(
+    *,
+    tenant: str | None = None,
+    namespace: str | None = None,
+    ttl: float | None | _Unset = UNSET,
+    bypass: bool = False,
+    mode: str | None = None,
+) -> Iterator[CallPolicy]:
+    """Apply a cache policy to every LLM call made inside the ``with`` block (threads and tasks
+    started inside inherit it through :mod:`contextvars`)."""
+    entered = _current.get().merged(
+        make_policy(tenant=tenant, namespace=namespace, ttl=ttl, bypass=bypass, mode=mode)
+    )
+    token = _current.set(entered)
+    try:
+        yield entered
+    finally:
+        _current.reset(token)

@@ -1,0 +1,217 @@
+"""``@cachekit.cached``: cache policy for the LLM calls made inside a function, and memoization.
+
+The policy (tenant, namespace, ttl, bypass) travels in a context variable
+(:mod:`cachekit.context`), so it reaches every cachekit transport the function's calls pass through,
+in threads' and tasks' call stacks alike. With ``memoize=True`` the function's own JSON result is
+cached, keyed by its canonical JSON arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, cast, overload
+
+import orjson
+
+from cachekit.cache import Cache, CacheLike, as_cache
+from cachekit.context import UNSET, CallPolicy, _current, _Unset, make_policy
+from cachekit.errors import MemoizeError
+from cachekit.keys import digest_fields
+
+__all__ = ["cached"]
+
+logger = logging.getLogger("cachekit.decorator")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_MEMO_MAGIC = b"CKM1"
+_MEMO_PERSON = b"ck-memo-v1"
+
+
+class _Memo:
+    """The memoization half of one decorated function: its key scheme and its lazily opened cache."""
+
+    def __init__(self, func: Callable[..., Any], cache: CacheLike, policy: CallPolicy) -> None:
+        self._name = f"{func.__module__}.{func.__qualname__}"
+        self._cache_arg = cache
+        self._cache: Cache | None = None
+        self._lock = threading.Lock()
+        self._policy = policy
+
+    def cache(self) -> Cache:
+        # Opened on first call, not at decoration time: importing a module must not open a database.
+        with self._lock:
+            if self._cache is None:
+                self._cache = as_cache(self._cache_arg)[0]
+            return self._cache
+
+    def key(self, policy: CallPolicy, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        try:
+            arguments = orjson.dumps([args, kwargs], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+        except TypeError as exc:
+            raise MemoizeError(f"cannot memoize {self._name}: its arguments are not JSON ({exc})") from exc
+        cache = self.cache()
+        namespace = policy.namespace or cache.config.namespace
+        tenant = policy.tenant or cache.config.tenant or ""
+        return "ckm:" + digest_fields(
+            (namespace.encode(), tenant.encode(), self._name.encode(), arguments), person=_MEMO_PERSON
+        )
+
+    def ttl(self, policy: CallPolicy) -> float | None:
+        return self.cache().config.ttl if isinstance(policy.ttl, _Unset) else policy.ttl
+
+    def decode(self, raw: bytes | None) -> tuple[bool, Any]:
+        if raw is None or not raw.startswith(_MEMO_MAGIC):
+            return False, None
+        try:
+            return True, orjson.loads(raw[len(_MEMO_MAGIC) :])
+        except orjson.JSONDecodeError:
+            logger.warning("corrupt memo entry for %s is ignored", self._name)
+            return False, None
+
+    def encode(self, result: Any) -> bytes:
+        try:
+            return _MEMO_MAGIC + orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError as exc:
+            raise MemoizeError(f"cannot memoize {self._name}: its result is not JSON ({exc})") from exc
+
+    def load(self, key: str) -> tuple[bool, Any]:
+        store = self.cache().sync_store
+        try:
+            return self.decode(store.get(key) if store is not None else None)
+        except Exception as exc:  # the cache path never fails the call
+            logger.warning("memo lookup failed for %s: %s", self._name, type(exc).__name__)
+            return False, None
+
+    def save(self, key: str, value: bytes, ttl: float | None) -> None:
+        store = self.cache().sync_store
+        try:
+            if store is not None:
+                store.set(key, value, ttl=ttl)
+        except Exception as exc:
+            logger.warning("memo store failed for %s: %s", self._name, type(exc).__name__)
+
+    async def aload(self, key: str) -> tuple[bool, Any]:
+        astore = self.cache().async_store
+        if astore is None:
+            return self.load(key)
+        try:
+            return self.decode(await astore.aget(key))
+        except Exception as exc:
+            logger.warning("memo lookup failed for %s: %s", self._name, type(exc).__name__)
+            return False, None
+
+    async def asave(self, key: str, value: bytes, ttl: float | None) -> None:
+        astore = self.cache().async_store
+        if astore is None:
+            self.save(key, value, ttl)
+            return
+        try:
+            await astore.aset(key, value, ttl=ttl)
+        except Exception as exc:
+            logger.warning("memo store failed for %s: %s", self._name, type(exc).__name__)
+
+
+@overload
+def cached(func: F, /) -> F: ...
+
+
+@overload
+def cached(
+    *,
+    tenant: str | None = None,
+    namespace: str | None = None,
+    ttl: float | None | _Unset = UNSET,
+    bypass: bool = False,
+    mode: str | None = None,
+    memoize: bool = False,
+    cache: CacheLike = None,
+) -> Callable[[F], F]: ...
+
+
+def cached(
+    func: F | None = None,
+    /,
+    *,
+    tenant: str | None = None,
+    namespace: str | None = None,
+    ttl: float | None | _Unset = UNSET,
+    bypass: bool = False,
+    mode: str | None = None,
+    memoize: bool = False,
+    cache: CacheLike = None,
+) -> F | Callable[[F], F]:
+    """Set the cache policy for the LLM calls made inside the decorated function.
+
+    Args:
+        tenant: the partition for these calls (replaces the credential's HMAC).
+        namespace: the key namespace for these calls.
+        ttl: seconds entries written by these calls live (``None``: until evicted).
+        bypass: neither read nor write the response cache (``mode="bypass"``).
+        mode: ``bypass``, ``refresh`` or ``only-if-cached`` for every call inside.
+        memoize: also cache the function's own result (JSON values only), keyed by its arguments.
+        cache: where memoized results go (same forms as the clients' ``cache=``).
+
+    Works on sync and async functions; nested decorators combine (the inner one's settings win).
+    """
+    policy = make_policy(tenant=tenant, namespace=namespace, ttl=ttl, bypass=bypass, mode=mode)
+
+    def decorate(fn: F) -> F:
+        memo = _Memo(fn, cache, policy) if memoize else None
+
+        def enter() -> tuple[CallPolicy, Any]:
+            effective = _current.get().merged(policy)
+            return effective, _current.set(effective)
+
+        def memo_key(effective: CallPolicy, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+            if memo is None or effective.mode == "bypass":
+                return None
+            return memo.key(effective, args, kwargs)
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                effective, token = enter()
+                try:
+                    key = memo_key(effective, args, kwargs)
+                    if key is None or memo is None:
+                        return await fn(*args, **kwargs)
+                    if effective.mode != "refresh":
+                        found, value = await memo.aload(key)
+                        if found:
+                            return value
+                    result = await fn(*args, **kwargs)
+                    await memo.asave(key, memo.encode(result), memo.ttl(effective))
+                    return result
+                finally:
+                    _current.reset(token)
+
+            return cast(F, async_wrapper)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            effective, token = enter()
+            try:
+                key = memo_key(effective, args, kwargs)
+                if key is None or memo is None:
+                    return fn(*args, **kwargs)
+                if effective.mode != "refresh":
+                    found, value = memo.load(key)
+                    if found:
+                        return value
+                result = fn(*args, **kwargs)
+                memo.save(key, memo.encode(result), memo.ttl(effective))
+                return result
+            finally:
+                _current.reset(token)
+
+        return cast(F, wrapper)
+
+    if func is not None:
+        return decorate(func)
+    return decorate

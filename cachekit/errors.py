@@ -1,0 +1,57 @@
+"""The exceptions cachekit raises, as one tree.
+
+::
+
+    CachekitError
+    ├── ConfigError            bad option, store URL or environment setting (also a ValueError)
+    ├── MissingExtraError      an optional extra is not installed (also an ImportError)
+    ├── MemoizeError           a memoized function's arguments or result are not JSON (also a TypeError)
+    └── StoreError             a cache store failed; caught on the request path, never seen by SDK callers
+        └── CorruptEntryError  a stored entry could not be decoded; treated as a miss and overwritten
+
+Provider errors are never wrapped: an HTTP error from upstream reaches the SDK untouched, so the SDK
+raises its own typed exception (``anthropic.RateLimitError`` and so on).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CachekitError",
+    "ConfigError",
+    "CorruptEntryError",
+    "MemoizeError",
+    "MissingExtraError",
+    "StoreError",
+]
+
+
+class CachekitError(Exception):
+    """Base class of every exception cachekit raises."""
+
+
+class ConfigError(CachekitError, ValueError):
+    """An option, store URL or environment variable has a value cachekit cannot use."""
+
+
+class MissingExtraError(CachekitError, ImportError):
+    """An optional dependency is missing; the message names the extra that installs it."""
+
+    def __init__(self, package: str, extra: str, purpose: str) -> None:
+        super().__init__(
+            f"{purpose} needs the '{package}' package, which is not installed; "
+            f"install it with: pip install 'cachekit[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra
+
+
+class MemoizeError(CachekitError, TypeError):
+    """A memoized function was called with, or returned, a value that is not JSON-serializable."""
+
+
+class StoreError(CachekitError):
+    """A cache store failed to read or write. The transport logs it and goes upstream."""
+
+
+class CorruptEntryError(StoreError):
+    """A stored entry is not a valid cachekit record (truncated, tampered with, or another format)."""

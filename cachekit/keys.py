@@ -1,0 +1,90 @@
+"""Cache keys and partitions.
+
+A key is a BLAKE2b digest over length-prefixed fields (never strings joined without separators), with
+a domain and a schema version in the personalization, so no two different field tuples can collide by
+concatenation and a format change never reads old entries as new ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable, Mapping
+from urllib.parse import quote
+
+from cachekit._types import PartitionId
+
+__all__ = ["KEY_SCHEMA", "digest_fields", "exact_key", "partition_for"]
+
+#: Bumped whenever what goes into a key changes; old entries then simply stop matching.
+KEY_SCHEMA = 1
+
+_EXACT_PERSON = b"ck-exact-v%d" % KEY_SCHEMA
+
+
+def digest_fields(fields: Iterable[bytes], *, person: bytes, digest_size: int = 32) -> str:
+    """Hash ``fields`` unambiguously: each is preceded by its 8-byte length."""
+    h = hashlib.blake2b(digest_size=digest_size, person=person[:16])
+    for field in fields:
+        h.update(len(field).to_bytes(8, "big"))
+        h.update(field)
+    return h.hexdigest()
+
+
+def partition_for(
+    headers: Mapping[str, str],
+    *,
+    secret: bytes,
+    credential_headers: Iterable[str],
+    tenant: str | None,
+    share_across_credentials: bool,
+) -> PartitionId:
+    """The partition a request's entries live in.
+
+    An explicit tenant wins; sharing across credentials is opt-in; otherwise the partition is an HMAC
+    of the credential keyed by the store's secret, so two API keys never share entries and the raw
+    credential is never stored, logged or usable to find entries without the store.
+    """
+    if tenant is not None:
+        return PartitionId("tenant:" + tenant)
+    if share_across_credentials:
+        return PartitionId("shared")
+    for name in credential_headers:
+        value = headers.get(name)
+        if value:
+            mac = hmac.new(secret, name.encode() + b"\0" + value.encode(), hashlib.sha256)
+            return PartitionId("cred:" + mac.hexdigest()[:32])
+    return PartitionId("anonymous")
+
+
+def exact_key(
+    *,
+    namespace: str,
+    partition: PartitionId,
+    method: str,
+    base_url: str,
+    path: str,
+    query: bytes,
+    headers: Iterable[tuple[str, str]],
+    body: bytes,
+) -> str:
+    """The store key of an exact-match entry.
+
+    The readable prefix (schema, namespace) lets operators purge a namespace; everything that changes
+    the answer is inside the digest.
+    """
+    header_bytes = b"\n".join(f"{name}:{value}".encode() for name, value in headers)
+    digest = digest_fields(
+        (
+            namespace.encode(),
+            partition.encode(),
+            method.encode(),
+            base_url.encode(),
+            path.encode(),
+            query,
+            header_bytes,
+            body,
+        ),
+        person=_EXACT_PERSON,
+    )
+    return f"ck{KEY_SCHEMA}:{quote(namespace, safe='')}:{digest}"

@@ -1,0 +1,345 @@
+"""The sans-I/O core: what happens to one request, as a generator of effects.
+
+:meth:`Pipeline.exchange` decides everything (route, canonical body, key, lookup, what to store) and
+*yields* the I/O it needs as small effect objects; the sync and async transports only perform them
+(:mod:`cachekit.transport`). So no decision is written twice, and the whole flow can be tested by
+driving the generator by hand.
+
+Effects and what the driver sends back:
+
+* :class:`Send` → the upstream response (an ``httpx``/``httpx2`` response, body not yet read)
+* :class:`Load` → the stored bytes or ``None``
+* :class:`Save` → ``None``
+* :class:`Read` → ``None`` (the response's body is then in ``response.content``)
+
+A driver throws an effect's exception back into the generator; cache-path failures are caught here
+(logged, counted, then the request goes upstream) and everything else propagates to the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from cachekit import canonical
+from cachekit._http import Request, Response, build_response, library_of, rebuild_request
+from cachekit._types import CacheOutcome, Dialect
+from cachekit.config import MODES, CacheConfig, Mode
+from cachekit.context import UNSET, CallPolicy, current_policy
+from cachekit.errors import CorruptEntryError
+from cachekit.keys import exact_key, partition_for
+from cachekit.providers import CREDENTIAL_HEADERS, Route, error_body, route_request
+from cachekit.stores import record
+
+__all__ = ["Effect", "Exchange", "Load", "Pipeline", "PipelineStats", "Read", "Save", "Send"]
+
+logger = logging.getLogger("cachekit.pipeline")
+
+CONTROL_PREFIX = "x-cachekit"
+CACHE_HEADER = "x-cachekit-cache"
+KEY_HEADER = "x-cachekit-key"
+
+# Response headers that describe one connection or one client rather than the answer. They are not
+# stored: replaying a cookie or a transfer encoding to another caller would be wrong.
+_UNSTORED_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "content-encoding",  # the stored body is already decoded
+        "set-cookie",
+        "proxy-authenticate",
+        "proxy-connection",
+        "upgrade",
+        "trailer",
+        "te",
+        "age",
+        CACHE_HEADER,
+        KEY_HEADER,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``request`` through the inner transport."""
+
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """Read the stored value under ``key``."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Save:
+    """Store ``value`` under ``key`` for ``ttl`` seconds."""
+
+    key: str
+    value: bytes
+    ttl: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """Read ``response``'s whole body."""
+
+    response: Response
+
+
+Effect = Send | Load | Save | Read
+Exchange = Generator[Effect, Any, Response]
+
+
+@dataclass(slots=True)
+class PipelineStats:
+    """Counters of what the response cache did (read them with :meth:`Pipeline.snapshot`)."""
+
+    hits: int = 0
+    misses: int = 0
+    bypasses: int = 0
+    passthroughs: int = 0
+    stores: int = 0
+    store_errors: int = 0
+    corrupt_entries: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str) -> None:
+        """Increment one counter, thread-safely."""
+        with self._lock:
+            setattr(self, name, getattr(self, name) + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class _Control:
+    """The effective per-request policy after headers, context and config are merged."""
+
+    mode: Mode
+    ttl: float | None
+    tenant: str | None
+    namespace: str
+
+
+class _BadControl(ValueError):
+    """An ``x-cachekit-*`` header has a value cachekit cannot use."""
+
+
+def _read_control(request: Request, config: CacheConfig, context: CallPolicy) -> _Control:
+    headers = request.headers
+    mode: str = headers.get(CONTROL_PREFIX) or context.mode or "default"
+    if mode not in MODES:
+        raise _BadControl(f"x-cachekit must be one of {sorted(MODES - {'default'})}, not {mode!r}")
+    ttl = config.ttl if context.ttl is UNSET else context.ttl
+    if (raw_ttl := headers.get(CONTROL_PREFIX + "-ttl")) is not None:
+        try:
+            ttl = float(raw_ttl)
+        except ValueError:
+            ttl = -1.0
+        if not ttl > 0:
+            raise _BadControl(f"x-cachekit-ttl must be a positive number of seconds, not {raw_ttl!r}")
+    tenant = headers.get(CONTROL_PREFIX + "-tenant") or context.tenant or config.tenant
+    namespace = headers.get(CONTROL_PREFIX + "-namespace") or context.namespace or config.namespace
+    return _Control(mode, ttl, tenant, namespace)  # type: ignore[arg-type]  # mode checked above
+
+
+def _strip_control_headers(request: Request) -> None:
+    for name in [n for n in request.headers if n.lower().startswith(CONTROL_PREFIX)]:
+        del request.headers[name]
+
+
+def _is_json(content_type: str | None) -> bool:
+    return content_type is not None and content_type.split(";", 1)[0].strip().lower() == "application/json"
+
+
+class Pipeline:
+    """The caching decisions for one client (all of its transports share one pipeline)."""
+
+    def __init__(
+        self,
+        config: CacheConfig,
+        *,
+        secret: bytes,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self._secret = secret
+        self._clock = clock
+        self._options = canonical.CanonicalOptions(
+            tool_order=config.tool_order, normalize_whitespace=config.normalize_whitespace
+        )
+        self.stats = PipelineStats()
+
+    # -- the flow ---------------------------------------------------------------------------------
+
+    def exchange(self, request: Request) -> Exchange:
+        """Handle one request; see the module docstring for the effects protocol."""
+        url = request.url
+        route = route_request(request.method, url.scheme, url.host, url.port, url.path)
+        if route is None:
+            if any(n.lower().startswith(CONTROL_PREFIX) for n in request.headers):
+                _strip_control_headers(request)
+            self.stats.add("passthroughs")
+            return (yield Send(request))
+
+        try:
+            control = _read_control(request, self.config, current_policy())
+        except _BadControl as exc:
+            return self._synthetic(request, route.dialect, 400, "invalid_request_error", f"cachekit: {exc}")
+        _strip_control_headers(request)
+
+        body = self._json_body(request)
+        if body is None or not self.config.enabled or control.mode == "bypass" or body.get("stream") is True:
+            # Not a JSON object (multipart upload, a body we cannot read), the cache is off, the caller
+            # asked to bypass, or a stream (cached from the streaming release on): send it as it is.
+            if body is not None:
+                request = self._canonical_request(request, route.dialect, body)[0]
+            self.stats.add("bypasses")
+            response = yield Send(request)
+            return self._tag(response, "bypass", None)
+
+        request, body_bytes = self._canonical_request(request, route.dialect, body)
+        key = self._key(request, route, control, body, body_bytes)
+
+        if control.mode != "refresh":
+            cached = yield from self._lookup(key)
+            if cached is not None:
+                self.stats.add("hits")
+                logger.debug("hit provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
+                return self._replay(request, cached, key)
+            if control.mode == "only-if-cached":
+                self.stats.add("misses")
+                return self._synthetic(
+                    request, route.dialect, 504, "api_error", "cachekit: not in cache (x-cachekit: only-if-cached)"
+                )
+
+        self.stats.add("misses")
+        response = yield Send(request)
+        if not (200 <= response.status_code < 300 and _is_json(response.headers.get("content-type"))):
+            # Errors (429, 5xx, 4xx) and anything that is not a JSON document are never stored; the
+            # SDK sees them untouched and its retries run as usual.
+            return self._tag(response, "miss", key)
+        yield Read(response)
+        stored = record.CachedResponse(
+            status=response.status_code,
+            headers=tuple(
+                (name.decode("latin-1"), value.decode("latin-1"))
+                for name, value in response.headers.raw
+                if name.decode("latin-1").lower() not in _UNSTORED_HEADERS
+            ),
+            body=response.content,
+            created_at=self._clock(),
+        )
+        try:
+            yield Save(key, record.encode(stored), control.ttl)
+            self.stats.add("stores")
+        except Exception as exc:  # a failing store must never fail the user's call
+            self._store_failed("store", exc)
+        logger.debug("miss provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
+        return self._replay(request, stored, key, outcome="miss")
+
+    # -- steps --------------------------------------------------------------------------------------
+
+    def _json_body(self, request: Request) -> dict[str, Any] | None:
+        if not _is_json(request.headers.get("content-type")):
+            return None
+        try:
+            content: bytes = request.content
+        except Exception:  # a streaming request body (upload) cannot be read without consuming it
+            return None
+        try:
+            body = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    def _canonical_request(
+        self, request: Request, dialect: Dialect, body: dict[str, Any]
+    ) -> tuple[Request, bytes]:
+        result = canonical.canonicalize(body, dialect, self._options)
+        body_bytes = canonical.dumps(result.body)
+        if body_bytes == request.content:
+            return request, body_bytes
+        # The canonical body is what goes upstream, so the provider's own prefix cache sees stable bytes.
+        return rebuild_request(request, body_bytes), body_bytes
+
+    def _key(
+        self, request: Request, route: Route, control: _Control, body: dict[str, Any], body_bytes: bytes
+    ) -> str:
+        headers = request.headers
+        partition = partition_for(
+            headers,
+            secret=self._secret,
+            credential_headers=CREDENTIAL_HEADERS,
+            tenant=control.tenant,
+            share_across_credentials=self.config.share_across_credentials,
+        )
+        if self.config.ignore_fields:
+            # Opted-out fields leave the key but still go upstream.
+            kept = {k: v for k, v in body.items() if k not in self.config.ignore_fields}
+            body_bytes = canonical.dumps(canonical.canonicalize(kept, route.dialect, self._options).body)
+        return exact_key(
+            namespace=control.namespace,
+            partition=partition,
+            method=request.method,
+            base_url=route.base_url,
+            path=request.url.path,
+            query=request.url.query,
+            headers=[(name, headers.get(name, "")) for name in route.key_headers],
+            body=body_bytes,
+        )
+
+    def _lookup(self, key: str) -> Generator[Effect, Any, record.CachedResponse | None]:
+        try:
+            raw = yield Load(key)
+        except Exception as exc:
+            self._store_failed("lookup", exc)
+            return None
+        if raw is None:
+            return None
+        try:
+            return record.decode(raw)
+        except CorruptEntryError as exc:
+            # Treated as a miss; the fresh answer overwrites it under the same key.
+            self.stats.add("corrupt_entries")
+            logger.warning("corrupt cache entry %s is ignored and will be overwritten: %s", key[-16:], exc)
+            return None
+
+    def _store_failed(self, what: str, exc: Exception) -> None:
+        self.stats.add("store_errors")
+        logger.warning("cache %s failed, going on without the cache: %s: %s", what, type(exc).__name__, exc)
+
+    # -- responses ----------------------------------------------------------------------------------
+
+    def _replay(
+        self, request: Request, cached: record.CachedResponse, key: str, outcome: CacheOutcome = "hit"
+    ) -> Response:
+        headers = [*cached.headers, (CACHE_HEADER, outcome), (KEY_HEADER, key[-16:])]
+        if outcome == "hit":
+            headers.append(("age", str(max(0, int(self._clock() - cached.created_at)))))
+        return build_response(library_of(request), cached.status, headers, cached.body)
+
+    def _tag(self, response: Response, outcome: CacheOutcome, key: str | None) -> Response:
+        response.headers[CACHE_HEADER] = outcome
+        if key is not None:
+            response.headers[KEY_HEADER] = key[-16:]
+        return response
+
+    def _synthetic(self, request: Request, dialect: Dialect, status: int, error_type: str, message: str) -> Response:
+        # x-should-retry: false stops the SDKs from retrying an answer that cannot change.
+        headers = [
+            ("content-type", "application/json"),
+            ("x-should-retry", "false"),
+            (CACHE_HEADER, "miss" if status == 504 else "bypass"),
+        ]
+        content = orjson.dumps(error_body(dialect, error_type, message))
+        return build_response(library_of(request), status, headers, content)

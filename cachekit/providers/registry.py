@@ -1,0 +1,123 @@
+"""The provider table and request routing.
+
+Providers are data: the hosts that identify them, the dialects they speak, the request headers that
+change an answer (and therefore belong in the cache key) and the headers that carry credentials.
+Routing is a pure function of method and URL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cachekit._types import Dialect
+
+__all__ = ["CREDENTIAL_HEADERS", "ENDPOINTS", "PROVIDERS", "Provider", "Route", "error_body", "route_request"]
+
+# Path suffixes of the endpoints cachekit caches, longest first so ".../messages/count_tokens" is not
+# mistaken for ".../messages". Suffixes (not whole paths) because compatible providers mount the same
+# API under their own prefixes: /compatible-mode/v1/chat/completions, /api/paas/v4/chat/completions,
+# /v1beta/openai/chat/completions, /anthropic/v1/messages.
+ENDPOINTS: tuple[tuple[str, Dialect], ...] = (
+    ("/v1/messages/count_tokens", "anthropic_count_tokens"),
+    ("/v1/messages", "anthropic_messages"),
+    ("/chat/completions", "openai_chat"),
+    ("/responses", "openai_responses"),
+)
+
+_ANTHROPIC_DIALECTS: frozenset[Dialect] = frozenset({"anthropic_messages", "anthropic_count_tokens"})
+_OPENAI_DIALECTS: frozenset[Dialect] = frozenset({"openai_chat", "openai_responses"})
+
+# Headers whose value changes what the provider answers. The SDKs' volatile headers (x-stainless-*,
+# idempotency keys, user-agent, retry counts) are deliberately absent: they never reach the key.
+_ANTHROPIC_KEY_HEADERS = ("anthropic-version", "anthropic-beta")
+_OPENAI_KEY_HEADERS = ("openai-organization", "openai-project", "openai-beta")
+
+# Headers that carry a credential; their value is HMAC'd into the partition and never stored.
+CREDENTIAL_HEADERS = ("x-api-key", "authorization", "api-key", "x-goog-api-key")
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """A hosted API: how to recognize it and which of its request headers matter."""
+
+    name: str
+    hosts: tuple[str, ...]
+    dialects: frozenset[Dialect]
+    key_headers: tuple[str, ...]
+
+
+PROVIDERS: tuple[Provider, ...] = (
+    Provider("anthropic", ("api.anthropic.com",), _ANTHROPIC_DIALECTS, _ANTHROPIC_KEY_HEADERS),
+    Provider("openai", ("api.openai.com",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
+    # DeepSeek and Kimi also serve an Anthropic-compatible API under /anthropic.
+    Provider(
+        "deepseek",
+        ("api.deepseek.com",),
+        _OPENAI_DIALECTS | _ANTHROPIC_DIALECTS,
+        _OPENAI_KEY_HEADERS + _ANTHROPIC_KEY_HEADERS,
+    ),
+    Provider(
+        "kimi",
+        ("api.moonshot.ai", "api.moonshot.cn"),
+        _OPENAI_DIALECTS | _ANTHROPIC_DIALECTS,
+        _OPENAI_KEY_HEADERS + _ANTHROPIC_KEY_HEADERS,
+    ),
+    Provider("glm", ("open.bigmodel.cn", "api.z.ai"), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
+    Provider(
+        "bailian",
+        ("dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com", "dashscope-us.aliyuncs.com"),
+        _OPENAI_DIALECTS,
+        _OPENAI_KEY_HEADERS,
+    ),
+    Provider("gemini", ("generativelanguage.googleapis.com",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
+    Provider("xai", ("api.x.ai",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
+)
+
+_BY_HOST: dict[str, Provider] = {host: p for p in PROVIDERS for host in p.hosts}
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a routed request goes: provider, dialect, and the base URL the endpoint hangs off."""
+
+    provider: str
+    dialect: Dialect
+    base_url: str
+    key_headers: tuple[str, ...]
+
+
+def _provider_for(host: str, dialect: Dialect) -> Provider | None:
+    provider = _BY_HOST.get(host)
+    if provider is not None and dialect in provider.dialects:
+        return provider
+    return None
+
+
+def route_request(method: str, scheme: str, host: str, port: int | None, path: str) -> Route | None:
+    """Route a request to a provider dialect, or return ``None`` for anything cachekit leaves alone.
+
+    Only ``POST`` to a known endpoint is routed. A host outside the table (a proxy, a gateway, the local
+    backend) is routed by path alone and named by its host, so its entries never mix with a known
+    provider's.
+    """
+    if method != "POST":
+        return None
+    trimmed = path.rstrip("/")
+    for suffix, dialect in ENDPOINTS:
+        if trimmed.endswith(suffix):
+            prefix = trimmed[: -len(suffix)]
+            authority = host if port is None else f"{host}:{port}"
+            base_url = f"{scheme}://{authority}{prefix}"
+            provider = _provider_for(host, dialect)
+            if provider is not None:
+                return Route(provider.name, dialect, base_url, provider.key_headers)
+            generic = _ANTHROPIC_KEY_HEADERS if dialect in _ANTHROPIC_DIALECTS else _OPENAI_KEY_HEADERS
+            return Route(authority, dialect, base_url, generic)
+    return None
+
+
+def error_body(dialect: Dialect, error_type: str, message: str) -> dict[str, object]:
+    """An error body in the dialect's own shape, so the SDK raises its typed error with ``message``."""
+    if dialect in _ANTHROPIC_DIALECTS:
+        return {"type": "error", "error": {"type": error_type, "message": message}}
+    return {"error": {"message": message, "type": error_type, "param": None, "code": None}}

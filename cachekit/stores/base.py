@@ -1,0 +1,77 @@
+"""The small protocol every exact-response store implements.
+
+Stores keep opaque ``bytes`` under ``str`` keys; encoding and validating what is stored is the job of
+:mod:`cachekit.stores.record`, so that every store (memory, SQLite, Redis) shares one format and one
+corruption check.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+__all__ = ["AsyncStore", "Store"]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A synchronous key-value store with per-entry time-to-live.
+
+    Implementations must be safe to call from several threads at once. ``get`` returns ``None`` for a
+    missing or expired key. A ``ttl`` of ``None`` means the entry does not expire (it may still be
+    evicted for space). Failures raise :class:`cachekit.errors.StoreError`.
+    """
+
+    @property
+    def secret(self) -> bytes:
+        """A random per-store secret (at least 32 bytes) used to key credential HMACs.
+
+        It is created once with the store's data and kept with it, so every process that shares the
+        store derives the same partition for the same credential, and nobody who lacks the store can.
+        """
+        ...
+
+    def get(self, key: str) -> bytes | None:
+        """Return the value stored under ``key``, or ``None`` when absent or expired."""
+        ...
+
+    def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+        """Store ``value`` under ``key`` atomically, replacing any earlier value."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` if present."""
+        ...
+
+    def clear(self) -> None:
+        """Remove every entry (the secret is kept)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and file handles. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class AsyncStore(Protocol):
+    """The asynchronous twin of :class:`Store`, for stores that do network I/O (Redis)."""
+
+    @property
+    def secret(self) -> bytes:
+        """See :attr:`Store.secret`."""
+        ...
+
+    async def aget(self, key: str) -> bytes | None:
+        """See :meth:`Store.get`."""
+        ...
+
+    async def aset(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+        """See :meth:`Store.set`."""
+        ...
+
+    async def adelete(self, key: str) -> None:
+        """See :meth:`Store.delete`."""
+        ...
+
+    async def aclose(self) -> None:
+        """See :meth:`Store.close`."""
+        ...

@@ -1,0 +1,121 @@
+"""Open a store from a URL, as given in ``CacheConfig(store=...)`` or ``CACHEKIT_CACHE_URL``.
+
+Supported::
+
+    memory://                              a MemoryStore with the default budgets
+    memory://?max_bytes=N&max_entries=N    ... with explicit budgets
+    sqlite://                              a SQLiteStore at <home>/cache.sqlite3
+    sqlite:///abs/path.db                  a SQLiteStore at /abs/path.db (everything after sqlite://)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qs, unquote
+
+from cachekit.errors import ConfigError
+from cachekit.stores.base import Store
+from cachekit.stores.memory import MemoryStore
+from cachekit.stores.sqlite import SQLiteStore
+
+__all__ = ["SUPPORTED_SCHEMES", "store_from_url"]
+
+#: The schemes :func:`store_from_url` opens, in the order the error message lists them.
+SUPPORTED_SCHEMES = ("memory", "sqlite")
+
+_REDIS_SCHEMES = frozenset({"redis", "rediss", "redis+cluster"})
+_MEMORY_PARAMS = ("max_bytes", "max_entries")
+
+
+def store_from_url(url: str, *, home: Path) -> Store:
+    """Open the store that ``url`` names.
+
+    Args:
+        url: ``memory://`` (optional query ``max_bytes``, ``max_entries``), ``sqlite://`` or
+            ``sqlite:///absolute/path.db``.
+        home: cachekit's home directory; ``sqlite://`` without a path opens ``home / "cache.sqlite3"``.
+
+    Raises:
+        ConfigError: unknown or unavailable scheme, a bad query parameter, or an unusable SQLite file.
+        StoreError: the SQLite file cannot be opened.
+    """
+    if not isinstance(url, str):
+        raise ConfigError(f"a store URL must be a string, not {type(url).__name__}")
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.strip().lower()
+    if not sep:
+        raise ConfigError(f"{_redact(url)!r} is not a store URL; {_supported()}")
+    if scheme in _REDIS_SCHEMES:
+        raise ConfigError(
+            f"{scheme}://: the Redis store is not available in this version of cachekit; {_supported()}"
+        )
+    if scheme == "memory":
+        return _memory(rest)
+    if scheme == "sqlite":
+        return _sqlite(rest, home)
+    raise ConfigError(f"unknown store URL scheme {_redact(scheme) + '://'!r}; {_supported()}")
+
+
+def _memory(rest: str) -> MemoryStore:
+    location, _, query = rest.partition("?")
+    if location not in ("", "/"):
+        raise ConfigError(f"memory:// takes no host or path, got {location!r}; use memory://?max_bytes=N")
+    try:
+        params = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError as exc:
+        raise ConfigError(f"memory:// has a malformed query string {query!r}") from exc
+    unknown = sorted(set(params) - set(_MEMORY_PARAMS))
+    if unknown:
+        raise ConfigError(
+            f"memory:// does not take the parameter(s) {', '.join(unknown)}; "
+            f"it takes {', '.join(_MEMORY_PARAMS)}"
+        )
+    max_bytes = _positive_int(params, "max_bytes")
+    max_entries = _positive_int(params, "max_entries")
+    if max_bytes is None:
+        return MemoryStore(max_entries=max_entries)
+    return MemoryStore(max_bytes=max_bytes, max_entries=max_entries)
+
+
+def _positive_int(params: dict[str, list[str]], name: str) -> int | None:
+    values = params.get(name)
+    if values is None:
+        return None
+    if len(values) != 1:
+        raise ConfigError(f"memory:// parameter {name} is given {len(values)} times; give it once")
+    raw = values[0].strip()
+    # isdecimal() rather than int() alone: int() also accepts "1_000", "+5" and non-ASCII digits.
+    if not (raw.isascii() and raw.isdecimal()) or int(raw) <= 0:
+        raise ConfigError(f"memory:// parameter {name} must be a positive integer, not {values[0]!r}")
+    return int(raw)
+
+
+def _sqlite(rest: str, home: Path) -> SQLiteStore:
+    location, _, query = rest.partition("?")
+    if query:
+        raise ConfigError(f"sqlite:// takes no query parameters, got {query!r}")
+    if location == "":
+        return SQLiteStore(Path(home) / "cache.sqlite3")
+    if not location.startswith("/"):
+        # sqlite://relative/x.db would silently depend on the working directory (and looks like a host).
+        raise ConfigError(
+            f"sqlite:// needs an absolute path (sqlite:///abs/path.db) or none at all, got {location!r}"
+        )
+    # Percent-decoding lets a path hold '?' or '#' (as %3F, %23).
+    path = unquote(location)
+    if path.endswith("/"):
+        raise ConfigError(f"sqlite:// path {location!r} names a directory, not a database file")
+    return SQLiteStore(Path(path))
+
+
+def _supported() -> str:
+    return "supported store URLs: " + ", ".join(f"{s}://" for s in SUPPORTED_SCHEMES)
+
+
+def _redact(url: str) -> str:
+    """Never echo credentials: a mistyped URL may carry them (``user:password@host``)."""
+    scheme, sep, rest = url.rpartition("://") if "://" in url else ("", "", url)
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    shown = scheme + sep + rest
+    return shown if len(shown) <= 200 else shown[:200] + "..."

@@ -1,0 +1,253 @@
+"""``CachingTransport`` and ``AsyncCachingTransport``: thin shells around the sans-I/O pipeline.
+
+Each wraps an inner transport (``httpx`` or ``httpx2``; see :mod:`cachekit._http`) and performs the
+effects :meth:`cachekit.pipeline.Pipeline.exchange` yields. The effect loop is written once, as a
+coroutine: the async transport awaits it, the sync transport runs it to completion in one step
+(its effects never suspend).
+
+Passing ``transport=`` to an httpx client turns off the client's environment proxies and the SDKs'
+connection defaults, so when no inner transport is given cachekit builds the one the SDKs would have
+built: their connection limits, TCP keep-alive, and ``HTTP(S)_PROXY``/``NO_PROXY`` from the
+environment.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from types import ModuleType, TracebackType
+from typing import Any
+
+import httpx2
+
+from cachekit._http import Request, Response, library_of
+from cachekit.cache import Cache, CacheLike, as_cache
+from cachekit.pipeline import Effect, Exchange, Load, PipelineStats, Read, Save, Send
+
+__all__ = ["AsyncCachingTransport", "CachingTransport"]
+
+
+async def _drive(exchange: Exchange, perform: Callable[[Effect], Awaitable[Any]]) -> Response:
+    """Run ``exchange`` to its response, performing each effect it yields."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = exchange.send(value) if error is None else exchange.throw(error)
+        except StopIteration as stop:
+            result: Response = stop.value
+            return result
+        value, error = None, None
+        try:
+            value = await perform(effect)
+        except BaseException as exc:  # handed to the pipeline, which decides what is fatal
+            error = exc
+
+
+def _run_sync(coroutine: Coroutine[Any, Any, Response]) -> Response:
+    """Run a coroutine that never suspends (every effect it awaits completes at once)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        result: Response = stop.value
+        return result
+    coroutine.close()
+    raise RuntimeError("a synchronous cache effect suspended; this is a cachekit bug")
+
+
+# The SDKs' connection defaults (anthropic/openai ``DEFAULT_CONNECTION_LIMITS`` and socket options).
+_MAX_CONNECTIONS = 1000
+_MAX_KEEPALIVE = 100
+
+
+def _keepalive_socket_options() -> list[tuple[int, int, int]]:
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPINTVL", 60), ("TCP_KEEPCNT", 5), ("TCP_KEEPIDLE", 60)):
+        if (opt := getattr(socket, name, None)) is not None:
+            options.append((socket.IPPROTO_TCP, opt, value))
+    if sys.platform == "darwin" and not hasattr(socket, "TCP_KEEPIDLE"):
+        options.append((socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPALIVE", 0x10), 60))
+    return options
+
+
+class _ProxyRouter:
+    """The inner transport httpx would have built without ``transport=``: a default connection pool
+    plus one per environment proxy, chosen per request URL with httpx's own mount matching."""
+
+    def __init__(self, library: ModuleType, *, is_async: bool) -> None:
+        limits = library.Limits(max_connections=_MAX_CONNECTIONS, max_keepalive_connections=_MAX_KEEPALIVE)
+        cls = library.AsyncHTTPTransport if is_async else library.HTTPTransport
+        options = _keepalive_socket_options()
+
+        def pool(proxy: object = None) -> Any:
+            return cls(limits=limits, socket_options=options, proxy=proxy)
+
+        # httpx's own reading of HTTP(S)_PROXY / ALL_PROXY / NO_PROXY, so routing matches what the
+        # SDK's default client does (both libraries keep these helpers in ``_utils``).
+        proxies: dict[str, str | None] = library._utils.get_environment_proxies()
+        client_cls = library.AsyncClient if is_async else library.Client
+        self._client = client_cls(
+            transport=pool(),
+            mounts={key: (pool(library.Proxy(url)) if url else None) for key, url in proxies.items()},
+        )
+
+    def for_url(self, url: Any) -> Any:
+        return self._client._transport_for_url(url)
+
+    def close(self) -> None:
+        self._client.close()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class _CachingBase:
+    def __init__(self, transport: Any, cache: CacheLike, owns_cache: bool | None) -> None:
+        self._cache, owned = as_cache(cache)
+        self._owns_cache = owned if owns_cache is None else owns_cache
+        self._inner = transport
+        self._router: _ProxyRouter | None = None
+        self._router_lock = threading.Lock()
+
+    @property
+    def cache(self) -> Cache:
+        """The cache this transport uses (shared with any transport given the same :class:`Cache`)."""
+        return self._cache
+
+    @property
+    def stats(self) -> PipelineStats:
+        """The cache's live counters."""
+        return self._cache.stats
+
+    @property
+    def inner(self) -> Any:
+        """The wrapped transport, or ``None`` while the default one has not been built yet."""
+        return self._inner
+
+    def _inner_for(self, request: Request, *, is_async: bool) -> Any:
+        if self._inner is not None:
+            return self._inner
+        with self._router_lock:
+            if self._router is None:
+                self._router = _ProxyRouter(library_of(request), is_async=is_async)
+        return self._router.for_url(request.url)
+
+
+class CachingTransport(_CachingBase, httpx2.BaseTransport):
+    """A synchronous httpx/httpx2 transport that answers repeated LLM requests from a cache.
+
+    Args:
+        transport: the transport to send misses through; by default the one the SDKs would build.
+        cache: a :class:`~cachekit.cache.Cache`, a :class:`~cachekit.config.CacheConfig`, a store object
+            or a store URL; by default ``$CACHEKIT_CACHE_URL`` or SQLite under ``$CACHEKIT_HOME``.
+        owns_cache: close the cache's store when this transport closes (default: when it opened it).
+
+    Use it as ``httpx2.Client(transport=CachingTransport())`` (the SDKs' library) or with ``httpx``.
+    """
+
+    def __init__(
+        self, transport: Any = None, *, cache: CacheLike = None, owns_cache: bool | None = None
+    ) -> None:
+        super().__init__(transport, cache, owns_cache)
+
+    def handle_request(self, request: Request) -> Response:
+        """Answer ``request`` from the cache or send it upstream (httpx transport API)."""
+        inner = self._inner_for(request, is_async=False)
+        store = self._cache.sync_store
+        if store is None:
+            raise TypeError("an async-only store cannot serve a synchronous client; use a sync store")
+
+        async def perform(effect: Effect) -> Any:
+            if isinstance(effect, Send):
+                return inner.handle_request(effect.request)
+            if isinstance(effect, Load):
+                return store.get(effect.key)
+            if isinstance(effect, Save):
+                return store.set(effect.key, effect.value, ttl=effect.ttl)
+            if isinstance(effect, Read):
+                return effect.response.read()
+            raise TypeError(f"unknown effect {effect!r}")
+
+        return _run_sync(_drive(self._cache.pipeline.exchange(request), perform))
+
+    def close(self) -> None:
+        """Close the inner transport (and the cache, when owned)."""
+        if self._inner is not None:
+            self._inner.close()
+        if self._router is not None:
+            self._router.close()
+        if self._owns_cache:
+            self._cache.close()
+
+    def __enter__(self) -> CachingTransport:
+        # httpx clients enter their transports; a duck-typed inner transport may not support it.
+        if (enter := getattr(self._inner, "__enter__", None)) is not None:
+            enter()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        self.close()
+
+
+class AsyncCachingTransport(_CachingBase, httpx2.AsyncBaseTransport):
+    """The asyncio twin of :class:`CachingTransport` (same arguments).
+
+    Local stores (memory, SQLite) are called inline: their operations take microseconds, less than a
+    hop to a worker thread. Stores with async methods (Redis) are awaited.
+    """
+
+    def __init__(
+        self, transport: Any = None, *, cache: CacheLike = None, owns_cache: bool | None = None
+    ) -> None:
+        super().__init__(transport, cache, owns_cache)
+
+    async def handle_async_request(self, request: Request) -> Response:
+        """Answer ``request`` from the cache or send it upstream (httpx async transport API)."""
+        inner = self._inner_for(request, is_async=True)
+        astore, store = self._cache.async_store, self._cache.sync_store
+
+        async def perform(effect: Effect) -> Any:
+            if isinstance(effect, Send):
+                return await inner.handle_async_request(effect.request)
+            if isinstance(effect, Load):
+                if astore is not None:
+                    return await astore.aget(effect.key)
+                return store.get(effect.key)  # type: ignore[union-attr]  # one of the two is set
+            if isinstance(effect, Save):
+                if astore is not None:
+                    return await astore.aset(effect.key, effect.value, ttl=effect.ttl)
+                return store.set(effect.key, effect.value, ttl=effect.ttl)  # type: ignore[union-attr]
+            if isinstance(effect, Read):
+                return await effect.response.aread()
+            raise TypeError(f"unknown effect {effect!r}")
+
+        return await _drive(self._cache.pipeline.exchange(request), perform)
+
+    async def aclose(self) -> None:
+        """Close the inner transport (and the cache, when owned)."""
+        if self._inner is not None:
+            await self._inner.aclose()
+        if self._router is not None:
+            await self._router.aclose()
+        if self._owns_cache:
+            await self._cache.aclose()
+
+    async def __aenter__(self) -> AsyncCachingTransport:
+        if (enter := getattr(self._inner, "__aenter__", None)) is not None:
+            await enter()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,18 @@
+# Shared by scripts/test and scripts/demo: make (or reuse) the project's virtual environment and
+# install cachekit into it with the extras named in $1. Sourced, not run.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${CACHEKIT_VENV:-$ROOT/.venv}
+PYTHON=${PYTHON:-python3}
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+fi
+ck_install() {
+  # torch must come from the pinned CPU wheel before anything asks for a bare "torch" (which would
+  # pull a multi-GB CUDA build); only extras that need torch trigger this.
+  case "$1" in
+    *local*|*semantic*|*all*) "$VENV/bin/python" -m pip install -q "torch==2.13.0" ;;
+  esac
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[$1]"
+}

@@ -1,0 +1,109 @@
+"""Shared fixtures: an in-process upstream and the real SDK clients, sync and async, through cachekit."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import operator
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+
+import cachekit
+from cachekit.stores import MemoryStore
+from cachekit.testing import FakeUpstream
+
+class RecordingStore(MemoryStore):
+    """A memory store that also remembers every value written, so tests can inspect what was stored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: dict[str, bytes] = {}
+
+    def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+        self.written[key] = value
+        super().set(key, value, ttl=ttl)
+
+
+BASE_URLS = {
+    "anthropic": "https://api.anthropic.com",
+    "openai": "https://api.openai.com/v1",
+}
+
+
+class SDK:
+    """One real SDK client (sync or async) wrapped by cachekit, called the same way in both modes."""
+
+    def __init__(self, client: Any, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.client = client
+        self._loop = loop
+
+    @property
+    def is_async(self) -> bool:
+        return self._loop is not None
+
+    def call(self, method: str, /, **kwargs: Any) -> Any:
+        """Call e.g. ``"messages.create"`` or ``"messages.with_raw_response.create"`` and return its result."""
+        return self.run(operator.attrgetter(method)(self.client)(**kwargs))
+
+    def run(self, value: Any) -> Any:
+        if self._loop is not None and inspect.isawaitable(value):
+            return self._loop.run_until_complete(value)
+        return value
+
+    def with_options(self, **options: Any) -> SDK:
+        return SDK(self.client.with_options(**options), self._loop)
+
+    def close(self) -> None:
+        self.run(self.client.close())
+
+
+class Harness:
+    """Builds cachekit drop-in clients over one shared :class:`FakeUpstream`."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.upstream = FakeUpstream()
+        self.store = RecordingStore()
+        self._loop = asyncio.new_event_loop() if mode == "async" else None
+        self._clients: list[SDK] = []
+
+    def sdk(self, provider: str, *, api_key: str = "sk-test-1", cache: Any = None, **kwargs: Any) -> SDK:
+        name = {"anthropic": "Anthropic", "openai": "OpenAI"}[provider]
+        if self._loop is not None:
+            name = "Async" + name
+            http_client: Any = httpx2.AsyncClient(transport=self.upstream)
+        else:
+            http_client = httpx2.Client(transport=self.upstream)
+        kwargs.setdefault("max_retries", 0)
+        client = getattr(cachekit, name)(
+            api_key=api_key,
+            base_url=BASE_URLS[provider],
+            http_client=http_client,
+            cache=self.store if cache is None else cache,
+            _strict_response_validation=True,
+            **kwargs,
+        )
+        sdk = SDK(client, self._loop)
+        self._clients.append(sdk)
+        return sdk
+
+    def close(self) -> None:
+        for sdk in self._clients:
+            sdk.close()
+        if self._loop is not None:
+            self._loop.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    h = Harness(request.param)
+    yield h
+    h.close()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

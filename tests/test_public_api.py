@@ -1,0 +1,77 @@
+"""The public surface: a sorted ``__all__``, docstrings everywhere, lazy SDK imports, clear extras errors."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+import subprocess
+import sys
+
+import pytest
+
+import cachekit
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert list(cachekit.__all__) == sorted(cachekit.__all__)
+    for name in cachekit.__all__:
+        assert getattr(cachekit, name) is not None
+
+
+def _public_modules() -> list[str]:
+    names = ["cachekit"]
+    for info in pkgutil.walk_packages(cachekit.__path__, "cachekit."):
+        if not any(part.startswith("_") for part in info.name.split(".")[1:]):
+            names.append(info.name)
+    return names
+
+
+@pytest.mark.parametrize("module_name", _public_modules())
+def test_every_public_name_has_a_docstring(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    assert module.__doc__, f"{module_name} has no module docstring"
+    for name in getattr(module, "__all__", []):
+        obj = getattr(module, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert inspect.getdoc(obj), f"{module_name}.{name} has no docstring"
+            if inspect.isclass(obj):
+                for attr, member in vars(obj).items():
+                    if not attr.startswith("_") and (inspect.isfunction(member) or isinstance(member, property)):
+                        assert inspect.getdoc(member), f"{module_name}.{name}.{attr} has no docstring"
+
+
+def test_import_does_not_import_the_sdks() -> None:
+    code = "import sys, cachekit; print('anthropic' in sys.modules, 'openai' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_missing_sdk_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['anthropic'] = None\n"
+        "import cachekit\n"
+        "try:\n    cachekit.Anthropic\nexcept cachekit.MissingExtraError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "pip install 'cachekit[anthropic]'" in out
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = cachekit.Nope  # type: ignore[attr-defined]
+
+
+def test_cli_demo_runs_offline() -> None:
+    import io
+
+    from cachekit.cli import main
+
+    out = io.StringIO()
+    assert main(["demo", "--latency", "0"], out=out) == 0
+    text = out.getvalue()
+    lines = [line for line in text.splitlines() if line.strip().startswith(("1.", "2.", "3.", "4.", "5.", "6."))]
+    outcomes = [re.search(r"\s(miss|hit|bypass)\s", line).group(1) for line in lines]  # type: ignore[union-attr]
+    assert outcomes == ["miss", "hit", "hit", "miss", "bypass", "miss"], text
+    assert "upstream calls: 4 for 6 requests" in text
