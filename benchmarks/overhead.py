@@ -75,24 +75,31 @@ def main() -> None:
         for _ in range(20):
             call(sdk)
 
-    samples: dict[str, list[float]] = {k: [] for k in ("raw", "miss-memory", "miss-sqlite", "hit-memory", "hit-sqlite")}
+    samples: dict[str, list[float]] = {
+        k: [] for k in ("raw", "miss-memory", "miss-sqlite", "hit-memory", "hit-sqlite")
+    }
     for i in range(args.rounds):
         unique = {"metadata": {"user_id": f"round-{i}"}}  # same size as a real request, never cached before
-        samples["raw"].append(timed(lambda: call(raw, **unique)))
-        samples["miss-memory"].append(timed(lambda: call(memory, **unique)))
-        samples["miss-sqlite"].append(timed(lambda: call(sqlite, **unique)))
+        samples["raw"].append(timed(lambda u=unique: call(raw, **u)))
+        samples["miss-memory"].append(timed(lambda u=unique: call(memory, **u)))
+        samples["miss-sqlite"].append(timed(lambda u=unique: call(sqlite, **u)))
         samples["hit-memory"].append(timed(lambda: call(memory)))
         samples["hit-sqlite"].append(timed(lambda: call(sqlite)))
 
     med = {k: statistics.median(v) for k, v in samples.items()}
     p90 = {k: statistics.quantiles(v, n=10)[-1] for k, v in samples.items()}
-    print(f"request: 60 messages, {len(body['tools'])} tools, {size / 1024:.0f} KiB JSON; {args.rounds} rounds")
+    print(
+        f"request: 60 messages, {len(body['tools'])} tools, {size / 1024:.0f} KiB JSON; {args.rounds} rounds"
+    )
     print(f"{'path':<14}{'median ms':>11}{'p90 ms':>9}{'vs raw':>9}")
     for name in samples:
         print(f"{name:<14}{med[name]:>11.3f}{p90[name]:>9.3f}{med[name] / med['raw']:>8.2f}x")
     for store in ("memory", "sqlite"):
         added = med[f"miss-{store}"] - med["raw"]
-        print(f"miss path adds {added:+.3f} ms per call ({store}); hit costs {med[f'hit-{store}'] / med['raw']:.2f}x a raw call")
+        print(
+            f"miss path adds {added:+.3f} ms per call ({store}); "
+            f"hit costs {med[f'hit-{store}'] / med['raw']:.2f}x a raw call"
+        )
     for sdk in (raw, memory, sqlite):
         sdk.close()
 

@@ -57,6 +57,7 @@ if TYPE_CHECKING:  # pragma: no cover - the real classes are SDK subclasses buil
 
         def __init__(self, *args: Any, cache: CacheLike = None, **kwargs: Any) -> None: ...
 
+
 __all__ = [
     "Anthropic",
     "AsyncAnthropic",

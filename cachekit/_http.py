@@ -51,9 +51,14 @@ def build_response(
     )
 
 
+_reasons: dict[int, bytes] = {}
+
+
 def _reason(library: ModuleType, status: int) -> bytes:
-    phrase: str = library.codes.get_reason_phrase(status)
-    return phrase.encode("ascii")
+    reason = _reasons.get(status)
+    if reason is None:
+        reason = _reasons[status] = library.codes.get_reason_phrase(status).encode("ascii")
+    return reason
 
 
 def rebuild_request(request: Request, content: bytes) -> Request:

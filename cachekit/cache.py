@@ -41,7 +41,9 @@ class Cache:
             self.store = store
             self._owns_store = False
         else:
-            raise ConfigError(f"cache store must be a Store, an AsyncStore or a URL, not {type(store).__name__}")
+            raise ConfigError(
+                f"cache store must be a Store, an AsyncStore or a URL, not {type(store).__name__}"
+            )
         # Decided once here: a runtime Protocol check costs microseconds, too much for every request.
         self.async_store: AsyncStore | None = self.store if isinstance(self.store, AsyncStore) else None
         self.sync_store: Store | None = self.store if isinstance(self.store, Store) else None

@@ -5,9 +5,9 @@ semantically identical requests in different byte forms: a tool schema built fro
 order depends on code paths, tool-call arguments re-serialized with other spacing, tools registered
 in a different order. :func:`canonicalize` removes exactly those differences and nothing else:
 
-* keys are sorted recursively inside tool schemas (Anthropic ``tools[].input_schema``, OpenAI Chat
-  ``tools[].function.parameters``, OpenAI Responses ``tools[].parameters`` of function tools) and
-  inside Anthropic ``tool_use`` / ``server_tool_use`` inputs;
+* keys are sorted recursively inside tool definitions (the whole definition: name, description and
+  the schema, Anthropic ``input_schema``, OpenAI Chat ``function.parameters``, OpenAI Responses
+  ``parameters``) and inside Anthropic ``tool_use`` / ``server_tool_use`` inputs;
 * OpenAI tool-call ``arguments`` strings (Chat assistant ``tool_calls``, Responses ``function_call``
   input items) are re-dumped sorted and compact, but only when they parse as JSON;
 * tools are optionally sorted by name (:attr:`CanonicalOptions.tool_order`);
@@ -89,7 +89,7 @@ class Change:
 
     Attributes:
         path: JSON-pointer-like location in the *canonical* body (after any tool reordering), e.g.
-            ``/tools/2/input_schema``, ``/messages/3/content/1/input``,
+            ``/tools/2``, ``/messages/3/content/1/input``,
             ``/messages/4/tool_calls/0/function/arguments``, or ``/tools`` for a reordering.
         kind: ``"sorted_keys"``, ``"compacted_arguments"``, ``"reordered_tools"`` or
             ``"normalized_whitespace"``.
@@ -136,15 +136,15 @@ def canonicalize(
     out = dict(body)
     ws = options.normalize_whitespace
     if dialect in ("anthropic_messages", "anthropic_count_tokens"):
-        _canon_tools(out, options, changes, _anthropic_tool_name, _anthropic_tool)
+        _canon_tools(out, options, changes, _tool_name)
         if ws:
             _replace(out, "system", _prose_or_blocks(out.get("system"), "/system", _TEXT_PARTS, changes))
         _canon_list(out, "messages", changes, ws, _anthropic_messages)
     elif dialect == "openai_chat":
-        _canon_tools(out, options, changes, _chat_tool_name, _chat_tool)
+        _canon_tools(out, options, changes, _chat_tool_name)
         _canon_list(out, "messages", changes, ws, _chat_messages)
     elif dialect == "openai_responses":
-        _canon_tools(out, options, changes, _responses_tool_name, _responses_tool)
+        _canon_tools(out, options, changes, _tool_name)
         if ws:
             _replace(out, "instructions", _prose(out.get("instructions"), "/instructions", changes))
         items = out.get("input")
@@ -335,7 +335,6 @@ def _canon_tools(
     options: CanonicalOptions,
     changes: list[Change],
     name_of: Callable[[Any], str | None],
-    fix_tool: Callable[[Any, int, list[Change]], Any],
 ) -> None:
     tools = out.get("tools")
     if not isinstance(tools, list):
@@ -345,10 +344,44 @@ def _canon_tools(
         ordered = _sort_tools(tools, name_of)
         if ordered is not tools:
             changes.append(Change("/tools", _REORDERED_TOOLS))
-    # Paths name positions in the output, so schema changes are recorded after the reordering.
-    new = _map_list(ordered, lambda tool, i: fix_tool(tool, i, changes))
+    new, changed = _sorted_tool_definitions(ordered)
+    # Paths name positions in the output, so key sorting is recorded after the reordering.
+    changes.extend(Change(f"/tools/{i}", _SORTED_KEYS) for i in changed)
     if new is not tools:
         out["tools"] = new
+
+
+# Tool definitions are re-sent unchanged on every turn of a conversation, so their sorted form is
+# remembered by their bytes: a dump of the list (tens of microseconds) replaces re-sorting every schema.
+# The cached lists are shared between results, which is why results are documented as read-only.
+_TOOLS_CACHE_SIZE: Final = 256
+_tools_cache: dict[bytes, tuple[list[Any], tuple[int, ...]]] = {}
+
+
+def _sorted_tool_definitions(tools: list[Any]) -> tuple[list[Any], tuple[int, ...]]:
+    """``tools`` with every definition's keys sorted recursively, and the indices that changed.
+
+    A whole definition is sorted (name, description, schema, ``cache_control``...): its key order
+    means nothing to the API, and different code paths build the same tool in different orders.
+    """
+    try:
+        raw = orjson.dumps(tools)
+    except TypeError:  # a value orjson cannot dump: the slow path keeps it exactly
+        return _sort_each_tool(tools)
+    cached = _tools_cache.get(raw)
+    if cached is None:
+        cached = _sort_each_tool(tools)
+        if len(_tools_cache) >= _TOOLS_CACHE_SIZE:
+            _tools_cache.pop(next(iter(_tools_cache)))  # oldest first: dicts keep insertion order
+        _tools_cache[raw] = cached
+    new, changed = cached
+    return (tools, ()) if not changed else (new, changed)
+
+
+def _sort_each_tool(tools: list[Any]) -> tuple[list[Any], tuple[int, ...]]:
+    new = [_sorted_keys(tool) if isinstance(tool, dict) else tool for tool in tools]
+    changed = tuple(i for i, (a, b) in enumerate(zip(tools, new, strict=True)) if a is not b)
+    return (new if changed else tools), changed
 
 
 def _sort_tools(tools: list[Any], name_of: Callable[[Any], str | None]) -> list[Any]:
@@ -367,7 +400,8 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _anthropic_tool_name(tool: Any) -> str | None:
+def _tool_name(tool: Any) -> str | None:
+    """The name of an Anthropic or Responses tool (``name`` at the top level)."""
     return _str_or_none(tool.get("name")) if isinstance(tool, dict) else None
 
 
@@ -376,53 +410,6 @@ def _chat_tool_name(tool: Any) -> str | None:
         return None
     function = tool.get("function")
     return _str_or_none(function.get("name")) if isinstance(function, dict) else None
-
-
-def _responses_tool_name(tool: Any) -> str | None:
-    return _str_or_none(tool.get("name")) if isinstance(tool, dict) else None
-
-
-def _anthropic_tool(tool: Any, i: int, changes: list[Change]) -> Any:
-    if not isinstance(tool, dict):
-        return tool
-    schema = tool.get("input_schema")
-    if not isinstance(schema, dict):
-        return tool
-    new = _sorted_keys(schema)
-    if new is schema:
-        return tool
-    changes.append(Change(f"/tools/{i}/input_schema", _SORTED_KEYS))
-    return _with(tool, "input_schema", new)
-
-
-def _chat_tool(tool: Any, i: int, changes: list[Change]) -> Any:
-    if not isinstance(tool, dict):
-        return tool
-    function = tool.get("function")
-    if not isinstance(function, dict):
-        return tool
-    params = function.get("parameters")
-    if not isinstance(params, dict):
-        return tool
-    new = _sorted_keys(params)
-    if new is params:
-        return tool
-    changes.append(Change(f"/tools/{i}/function/parameters", _SORTED_KEYS))
-    return _with(tool, "function", _with(function, "parameters", new))
-
-
-def _responses_tool(tool: Any, i: int, changes: list[Change]) -> Any:
-    # Only function tools: other tool types' ``parameters`` (if any) are not a JSON schema we know.
-    if not isinstance(tool, dict) or tool.get("type") != "function":
-        return tool
-    params = tool.get("parameters")
-    if not isinstance(params, dict):
-        return tool
-    new = _sorted_keys(params)
-    if new is params:
-        return tool
-    changes.append(Change(f"/tools/{i}/parameters", _SORTED_KEYS))
-    return _with(tool, "parameters", new)
 
 
 # -- messages ------------------------------------------------------------------------------------

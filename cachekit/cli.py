@@ -86,8 +86,13 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
     ask("2. the same question again", client, _TOOLS_A, _QUESTION)
     ask("3. same, tool schema keys in another order", client, _TOOLS_B, _QUESTION)
     ask("4. a different question", client, _TOOLS_A, "And of Italy?")
-    ask("5. the first question, x-cachekit: bypass", client, _TOOLS_A, _QUESTION,
-        extra_headers={"x-cachekit": "bypass"})
+    ask(
+        "5. the first question, x-cachekit: bypass",
+        client,
+        _TOOLS_A,
+        _QUESTION,
+        extra_headers={"x-cachekit": "bypass"},
+    )
     other_key = client.with_options(api_key="demo-key-2")
     ask("6. the first question with another API key", other_key, _TOOLS_A, _QUESTION)
 
@@ -109,7 +114,10 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="show the exact response cache answering repeats, offline")
     demo.add_argument(
-        "--latency", type=float, default=0.3, help="seconds the stand-in upstream takes per call (default 0.3)"
+        "--latency",
+        type=float,
+        default=0.3,
+        help="seconds the stand-in upstream takes per call (default 0.3)",
     )
     demo.set_defaults(run=_demo)
     return parser

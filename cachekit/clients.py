@@ -45,7 +45,9 @@ def _http_client_of(client: Any) -> Any:
             "or an httpx/httpx2 Client"
         ) from None
     if not isinstance(candidate, (library.Client, library.AsyncClient)):
-        raise TypeError(f"cannot add caching to {type(client).__name__}: its HTTP client is not an httpx Client")
+        raise TypeError(
+            f"cannot add caching to {type(client).__name__}: its HTTP client is not an httpx Client"
+        )
     return candidate
 
 
@@ -56,7 +58,11 @@ def install(http_client: Any, cache: CacheLike = None) -> Cache:
     if isinstance(current, (CachingTransport, AsyncCachingTransport)):
         return current.cache
     shared, owned = as_cache(cache)
-    wrapper = AsyncCachingTransport if isinstance(http_client, library_of(http_client).AsyncClient) else CachingTransport
+    wrapper = (
+        AsyncCachingTransport
+        if isinstance(http_client, library_of(http_client).AsyncClient)
+        else CachingTransport
+    )
     # The default transport owns the cache (closing the client closes the store once); mounts share it.
     http_client._transport = wrapper(current, cache=shared, owns_cache=owned)
     http_client._mounts = {

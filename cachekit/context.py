@@ -34,7 +34,7 @@ class CallPolicy:
 
     tenant: str | None = None
     namespace: str | None = None
-    ttl: float | None | _Unset = UNSET
+    ttl: float | _Unset | None = UNSET
     mode: Mode | None = None
 
     def merged(self, inner: CallPolicy) -> CallPolicy:
@@ -58,7 +58,7 @@ def current_policy() -> CallPolicy:
 
 
 def make_policy(
-    *, tenant: str | None, namespace: str | None, ttl: float | None | _Unset, bypass: bool, mode: str | None
+    *, tenant: str | None, namespace: str | None, ttl: float | _Unset | None, bypass: bool, mode: str | None
 ) -> CallPolicy:
     """Validate decorator arguments into a :class:`CallPolicy`."""
     if bypass and mode not in (None, "bypass"):
@@ -76,7 +76,7 @@ def policy(
     *,
     tenant: str | None = None,
     namespace: str | None = None,
-    ttl: float | None | _Unset = UNSET,
+    ttl: float | _Unset | None = UNSET,
     bypass: bool = False,
     mode: str | None = None,
 ) -> Iterator[CallPolicy]:

@@ -29,7 +29,7 @@ logger = logging.getLogger("cachekit.decorator")
 F = TypeVar("F", bound=Callable[..., Any])
 
 _MEMO_MAGIC = b"CKM1"
-_MEMO_PERSON = b"ck-memo-v1"
+_MEMO_DOMAIN = b"cachekit/memo/v1"
 
 
 class _Memo:
@@ -58,7 +58,7 @@ class _Memo:
         namespace = policy.namespace or cache.config.namespace
         tenant = policy.tenant or cache.config.tenant or ""
         return "ckm:" + digest_fields(
-            (namespace.encode(), tenant.encode(), self._name.encode(), arguments), person=_MEMO_PERSON
+            (namespace.encode(), tenant.encode(), self._name.encode(), arguments), domain=_MEMO_DOMAIN
         )
 
     def ttl(self, policy: CallPolicy) -> float | None:
@@ -125,7 +125,7 @@ def cached(
     *,
     tenant: str | None = None,
     namespace: str | None = None,
-    ttl: float | None | _Unset = UNSET,
+    ttl: float | _Unset | None = UNSET,
     bypass: bool = False,
     mode: str | None = None,
     memoize: bool = False,
@@ -139,7 +139,7 @@ def cached(
     *,
     tenant: str | None = None,
     namespace: str | None = None,
-    ttl: float | None | _Unset = UNSET,
+    ttl: float | _Unset | None = UNSET,
     bypass: bool = False,
     mode: str | None = None,
     memoize: bool = False,

@@ -134,8 +134,7 @@ class _BadControl(ValueError):
     """An ``x-cachekit-*`` header has a value cachekit cannot use."""
 
 
-def _read_control(request: Request, config: CacheConfig, context: CallPolicy) -> _Control:
-    headers = request.headers
+def _read_control(headers: dict[str, str], config: CacheConfig, context: CallPolicy) -> _Control:
     mode: str = headers.get(CONTROL_PREFIX) or context.mode or "default"
     if mode not in MODES:
         raise _BadControl(f"x-cachekit must be one of {sorted(MODES - {'default'})}, not {mode!r}")
@@ -152,8 +151,8 @@ def _read_control(request: Request, config: CacheConfig, context: CallPolicy) ->
     return _Control(mode, ttl, tenant, namespace)  # type: ignore[arg-type]  # mode checked above
 
 
-def _strip_control_headers(request: Request) -> None:
-    for name in [n for n in request.headers if n.lower().startswith(CONTROL_PREFIX)]:
+def _strip_control_headers(request: Request, headers: dict[str, str]) -> None:
+    for name in [n for n in headers if n.startswith(CONTROL_PREFIX)]:
         del request.headers[name]
 
 
@@ -185,19 +184,21 @@ class Pipeline:
         """Handle one request; see the module docstring for the effects protocol."""
         url = request.url
         route = route_request(request.method, url.scheme, url.host, url.port, url.path)
+        # One snapshot of the headers (lower-cased names): each lookup on an httpx Headers object
+        # scans and decodes the whole list, and a request needs a dozen lookups.
+        headers: dict[str, str] = dict(request.headers.items())
         if route is None:
-            if any(n.lower().startswith(CONTROL_PREFIX) for n in request.headers):
-                _strip_control_headers(request)
+            _strip_control_headers(request, headers)
             self.stats.add("passthroughs")
             return (yield Send(request))
 
         try:
-            control = _read_control(request, self.config, current_policy())
+            control = _read_control(headers, self.config, current_policy())
         except _BadControl as exc:
             return self._synthetic(request, route.dialect, 400, "invalid_request_error", f"cachekit: {exc}")
-        _strip_control_headers(request)
+        _strip_control_headers(request, headers)
 
-        body = self._json_body(request)
+        body = self._json_body(request, headers)
         if body is None or not self.config.enabled or control.mode == "bypass" or body.get("stream") is True:
             # Not a JSON object (multipart upload, a body we cannot read), the cache is off, the caller
             # asked to bypass, or a stream (cached from the streaming release on): send it as it is.
@@ -208,7 +209,9 @@ class Pipeline:
             return self._tag(response, "bypass", None)
 
         request, body_bytes = self._canonical_request(request, route.dialect, body)
-        key = self._key(request, route, control, body, body_bytes)
+        key = self._key(
+            request=request, headers=headers, route=route, control=control, body=body, body_bytes=body_bytes
+        )
 
         if control.mode != "refresh":
             cached = yield from self._lookup(key)
@@ -219,7 +222,11 @@ class Pipeline:
             if control.mode == "only-if-cached":
                 self.stats.add("misses")
                 return self._synthetic(
-                    request, route.dialect, 504, "api_error", "cachekit: not in cache (x-cachekit: only-if-cached)"
+                    request,
+                    route.dialect,
+                    504,
+                    "api_error",
+                    "cachekit: not in cache (x-cachekit: only-if-cached)",
                 )
 
         self.stats.add("misses")
@@ -249,8 +256,8 @@ class Pipeline:
 
     # -- steps --------------------------------------------------------------------------------------
 
-    def _json_body(self, request: Request) -> dict[str, Any] | None:
-        if not _is_json(request.headers.get("content-type")):
+    def _json_body(self, request: Request, headers: dict[str, str]) -> dict[str, Any] | None:
+        if not _is_json(headers.get("content-type")):
             return None
         try:
             content: bytes = request.content
@@ -273,9 +280,15 @@ class Pipeline:
         return rebuild_request(request, body_bytes), body_bytes
 
     def _key(
-        self, request: Request, route: Route, control: _Control, body: dict[str, Any], body_bytes: bytes
+        self,
+        *,
+        request: Request,
+        headers: dict[str, str],
+        route: Route,
+        control: _Control,
+        body: dict[str, Any],
+        body_bytes: bytes,
     ) -> str:
-        headers = request.headers
         partition = partition_for(
             headers,
             secret=self._secret,
@@ -334,7 +347,9 @@ class Pipeline:
             response.headers[KEY_HEADER] = key[-16:]
         return response
 
-    def _synthetic(self, request: Request, dialect: Dialect, status: int, error_type: str, message: str) -> Response:
+    def _synthetic(
+        self, request: Request, dialect: Dialect, status: int, error_type: str, message: str
+    ) -> Response:
         # x-should-retry: false stops the SDKs from retrying an answer that cannot change.
         headers = [
             ("content-type", "application/json"),

@@ -15,6 +15,7 @@ import cachekit
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 
+
 class RecordingStore(MemoryStore):
     """A memory store that also remembers every value written, so tests can inspect what was stored."""
 
@@ -45,7 +46,7 @@ class SDK:
         return self._loop is not None
 
     def call(self, method: str, /, **kwargs: Any) -> Any:
-        """Call e.g. ``"messages.create"`` or ``"messages.with_raw_response.create"`` and return its result."""
+        """Call e.g. ``"messages.with_raw_response.create"`` and return its (awaited) result."""
         return self.run(operator.attrgetter(method)(self.client)(**kwargs))
 
     def run(self, value: Any) -> Any:

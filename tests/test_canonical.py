@@ -272,19 +272,15 @@ def _get_list(obj: Any, key: str) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def named_places(body: dict[str, Any], dialect: str) -> list[tuple[Any, str, str]]:
+def named_places(body: dict[str, Any], dialect: str) -> list[tuple[Any, Any, str]]:
     """``(container, key, kind)`` for every value canonicalize may rewrite (outside whitespace/tool order).
 
     ``kind`` is "tree" for key-sorted subtrees and "arguments" for JSON strings.
     """
-    places: list[tuple[Any, str, str]] = []
-    for tool in _get_list(body, "tools"):
-        if dialect in ANTHROPIC:
-            places.append((tool, "input_schema", "tree"))
-        elif dialect == "openai_chat":
-            places.append((tool["function"], "parameters", "tree"))
-        elif tool.get("type") == "function":
-            places.append((tool, "parameters", "tree"))
+    places: list[tuple[Any, Any, str]] = []
+    tools = _get_list(body, "tools")
+    # Whole tool definitions are key-sorted (their key order means nothing to the API).
+    places.extend((tools, i, "tree") for i, tool in enumerate(tools) if isinstance(tool, dict))
     if dialect in ANTHROPIC:
         for message in _get_list(body, "messages"):
             for block in _get_list(message, "content"):
@@ -585,7 +581,7 @@ def test_anthropic_example() -> None:
         "system": "Be brief.  \r\n",
         "tools": [
             {"name": "search", "description": "Search.  ", "input_schema": schema},
-            {"name": "calc", "input_schema": {"properties": {}, "type": "object"}},
+            {"input_schema": {"properties": {}, "type": "object"}, "name": "calc"},
         ],
         "messages": [
             {"role": "user", "content": "hi  \r\nthere"},
@@ -608,14 +604,14 @@ def test_anthropic_example() -> None:
     assert result.body["tools"][0]["input_schema"] == schema
     assert list(result.body["tools"][0]["input_schema"]) == ["properties", "required", "type"]
     assert list(result.body["tools"][0]["input_schema"]["properties"]["q"]) == ["description", "type"]
-    assert list(result.body["tools"][0]) == ["name", "description", "input_schema"]  # tool keys stay
+    assert list(result.body["tools"][0]) == ["description", "input_schema", "name"]  # whole definitions
     assert result.body["tools"][1] is body["tools"][1]  # already sorted: shared, not copied
     assert orjson.dumps(result.body["messages"][1]["content"][1]["input"]) == b'{"a":{"b":3,"y":2},"z":1}'
     assert result.body["messages"][0] is body["messages"][0]
     assert result.body["messages"][2] is body["messages"][2]
     assert result.body["system"] == "Be brief.  \r\n"  # prose untouched by default
     assert result.changes == (
-        Change("/tools/0/input_schema", "sorted_keys"),
+        Change("/tools/0", "sorted_keys"),
         Change("/messages/1/content/1/input", "sorted_keys"),
     )
     assert dumps(result.body).startswith(
@@ -633,7 +629,7 @@ def test_anthropic_example() -> None:
     assert sorted_ws.body["messages"][2] is body["messages"][2]  # tool results are data
     assert sorted_ws.changes == (
         Change("/tools", "reordered_tools"),
-        Change("/tools/1/input_schema", "sorted_keys"),
+        Change("/tools/1", "sorted_keys"),
         Change("/system", "normalized_whitespace"),
         Change("/messages/0/content", "normalized_whitespace"),
         Change("/messages/1/content/0/text", "normalized_whitespace"),
@@ -667,7 +663,7 @@ def test_openai_chat_example() -> None:
                 "type": "function",
                 "function": {"name": "f", "parameters": {"type": "object", "properties": {}}},
             },
-            {"type": "custom", "custom": {"name": "g"}},
+            {"custom": {"name": "g"}, "type": "custom"},
         ],
         "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": response_schema}},
     }
@@ -681,7 +677,7 @@ def test_openai_chat_example() -> None:
     assert result.body["messages"][0]["content"] == "sys"
     assert result.body["messages"][2]["content"] == "out  "  # tool output is data
     assert result.changes == (
-        Change("/tools/0/function/parameters", "sorted_keys"),
+        Change("/tools/0", "sorted_keys"),
         Change("/messages/0/content", "normalized_whitespace"),
         Change("/messages/1/tool_calls/0/function/arguments", "compacted_arguments"),
     )
@@ -720,7 +716,8 @@ def test_openai_responses_example() -> None:
     assert result.body["text"] is body["text"]
     assert result.changes == (
         Change("/tools", "reordered_tools"),
-        Change("/tools/1/parameters", "sorted_keys"),
+        Change("/tools/0", "sorted_keys"),
+        Change("/tools/1", "sorted_keys"),
         Change("/instructions", "normalized_whitespace"),
         Change("/input/0/content", "normalized_whitespace"),
         Change("/input/1/content/0/text", "normalized_whitespace"),
@@ -789,7 +786,7 @@ def test_debug_log_lists_paths_not_text(caplog: pytest.LogCaptureFixture) -> Non
     records = [r for r in caplog.records if r.name == "cachekit.canonical"]
     assert len(records) == 1
     message = records[0].getMessage()
-    assert "sorted_keys /tools/0/input_schema" in message
+    assert "sorted_keys /tools/0" in message
     assert "normalized_whitespace /messages/0/content" in message
     assert "secret" not in message
     caplog.clear()
@@ -806,8 +803,8 @@ def test_dumps_sorts_only_the_top_level() -> None:
 def test_sort_keeps_tools_that_carry_a_cache_marker_in_place() -> None:
     # Sorting would move the caller's breakpoint within the prefix; cachekit never moves a marker.
     tools = [
-        {"name": "b", "input_schema": {"type": "object"}},
-        {"name": "a", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}},
+        {"input_schema": {"type": "object"}, "name": "b"},
+        {"cache_control": {"type": "ephemeral"}, "input_schema": {"type": "object"}, "name": "a"},
     ]
     result = canonicalize({"tools": tools}, "anthropic_messages", CanonicalOptions(tool_order="sort"))
     assert result.body["tools"] is tools

@@ -45,7 +45,10 @@ def test_bypass_namespace_and_header_precedence(harness: Harness) -> None:
     assert in_namespace().headers["x-cachekit-cache"] == "miss"
     assert in_namespace().headers["x-cachekit-cache"] == "hit"
     # outside the namespace the entry is not visible
-    assert sdk.call("chat.completions.with_raw_response.create", **openai_chat()).headers["x-cachekit-cache"] == "miss"
+    assert (
+        sdk.call("chat.completions.with_raw_response.create", **openai_chat()).headers["x-cachekit-cache"]
+        == "miss"
+    )
     # a request header wins over the decorator
     assert in_namespace(**{"x-cachekit": "bypass"}).headers["x-cachekit-cache"] == "bypass"
 
@@ -68,7 +71,9 @@ def test_policy_follows_threads_and_tasks() -> None:
         import contextvars
 
         ctx = contextvars.copy_context()
-        t = threading.Thread(target=ctx.run, args=(lambda: seen.update(thread=cachekit.current_policy().tenant),))
+        t = threading.Thread(
+            target=ctx.run, args=(lambda: seen.update(thread=cachekit.current_policy().tenant),)
+        )
         t.start()
         t.join()
 

@@ -86,7 +86,9 @@ def test_canonical_body_is_what_goes_upstream(harness: Harness) -> None:
     sdk.call("chat.completions.create", **body)
     sent = orjson.loads(harness.upstream.requests[-1].body)
     assert sent["messages"][2]["tool_calls"][0]["function"]["arguments"] == '{"city":"Paris","days":3}'
-    assert list(sent["tools"][0]["function"]["parameters"]) == sorted(body["tools"][0]["function"]["parameters"])
+    assert list(sent["tools"][0]["function"]["parameters"]) == sorted(
+        body["tools"][0]["function"]["parameters"]
+    )
     # Messages and prose are untouched.
     assert [m["content"] for m in sent["messages"]] == [m["content"] for m in body["messages"]]
 
@@ -109,8 +111,12 @@ def test_credentials_are_not_in_stored_entries(harness: Harness) -> None:
 
 
 def test_explicit_tenant_shares_across_keys(harness: Harness) -> None:
-    one = harness.sdk("anthropic", api_key="sk-one", cache=cachekit.CacheConfig(store=harness.store, tenant="acme"))
-    two = harness.sdk("anthropic", api_key="sk-two", cache=cachekit.CacheConfig(store=harness.store, tenant="acme"))
+    one = harness.sdk(
+        "anthropic", api_key="sk-one", cache=cachekit.CacheConfig(store=harness.store, tenant="acme")
+    )
+    two = harness.sdk(
+        "anthropic", api_key="sk-two", cache=cachekit.CacheConfig(store=harness.store, tenant="acme")
+    )
     one.call("messages.create", **anthropic_messages())
     answer = two.call("messages.with_raw_response.create", **anthropic_messages())
     assert answer.headers["x-cachekit-cache"] == "hit"
@@ -139,7 +145,9 @@ def test_sdk_retries_still_run(harness: Harness) -> None:
     assert harness.upstream.calls == 3
 
 
-def test_corrupt_entry_is_a_logged_miss_and_is_overwritten(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+def test_corrupt_entry_is_a_logged_miss_and_is_overwritten(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     sdk = harness.sdk("anthropic")
     first = sdk.call("messages.create", **anthropic_messages())
     [key] = list(harness.store.written)
@@ -232,7 +240,7 @@ def test_dropin_clients_are_sdk_clients_and_copies_keep_caching(harness: Harness
     assert cachekit.cache_of(sdk.client).stats.hits == 2
 
 
-def SDKCopy(sdk: Any) -> Any:  # noqa: N802 - reads like a constructor in the test above
+def SDKCopy(sdk: Any) -> Any:
     return type(sdk)(sdk.client.copy(max_retries=1), sdk._loop)
 
 

@@ -36,7 +36,9 @@ BASE_HEADERS = {
 
 
 def request(url: str, body: Any, headers: dict[str, str] | None = None, library: Any = httpx2) -> Any:
-    return library.Request("POST", url, headers={**BASE_HEADERS, **(headers or {})}, content=orjson.dumps(body))
+    return library.Request(
+        "POST", url, headers={**BASE_HEADERS, **(headers or {})}, content=orjson.dumps(body)
+    )
 
 
 def key_of(req: Any, pipeline: Pipeline = PIPELINE) -> str:
@@ -81,7 +83,9 @@ def all_leaf_cases() -> list[tuple[str, tuple[Any, ...]]]:
     return [(name, path) for name, (_, make) in ENDPOINTS.items() for path, _ in leaves(make())]
 
 
-@pytest.mark.parametrize(("dialect", "path"), all_leaf_cases(), ids=lambda v: "/".join(map(str, v)) if isinstance(v, tuple) else v)
+@pytest.mark.parametrize(
+    ("dialect", "path"), all_leaf_cases(), ids=lambda v: "/".join(map(str, v)) if isinstance(v, tuple) else v
+)
 def test_every_field_changes_the_key(dialect: str, path: tuple[Any, ...]) -> None:
     url, make = ENDPOINTS[dialect]
     body = make()
@@ -126,7 +130,9 @@ def test_key_order_in_tools_and_tool_inputs_never_changes_the_key(data: st.DataO
     chat_url = ENDPOINTS["chat"][0]
     chat_expected = key_of(request(chat_url, chat))
     args = orjson.loads(chat["messages"][2]["tool_calls"][0]["function"]["arguments"])
-    chat["messages"][2]["tool_calls"][0]["function"]["arguments"] = orjson.dumps(_shuffled(args, data)).decode()
+    chat["messages"][2]["tool_calls"][0]["function"]["arguments"] = orjson.dumps(
+        _shuffled(args, data)
+    ).decode()
     for tool in chat["tools"]:
         tool["function"]["parameters"] = _shuffled(tool["function"]["parameters"], data)
     assert key_of(request(chat_url, chat)) == chat_expected
@@ -192,7 +198,9 @@ def test_partitions_namespaces_and_stream_flag() -> None:
 
 
 def test_ignore_fields_opt_out_of_the_key_but_still_go_upstream() -> None:
-    pipeline = Pipeline(CacheConfig(store="memory://", ignore_fields=frozenset({"metadata"})), secret=b"s" * 32)
+    pipeline = Pipeline(
+        CacheConfig(store="memory://", ignore_fields=frozenset({"metadata"})), secret=b"s" * 32
+    )
     url, make = ENDPOINTS["anthropic"]
     body = make()
     other = {**body, "metadata": {"user_id": "someone-else"}}

@@ -38,7 +38,9 @@ def test_every_public_name_has_a_docstring(module_name: str) -> None:
             assert inspect.getdoc(obj), f"{module_name}.{name} has no docstring"
             if inspect.isclass(obj):
                 for attr, member in vars(obj).items():
-                    if not attr.startswith("_") and (inspect.isfunction(member) or isinstance(member, property)):
+                    if not attr.startswith("_") and (
+                        inspect.isfunction(member) or isinstance(member, property)
+                    ):
                         assert inspect.getdoc(member), f"{module_name}.{name}.{attr} has no docstring"
 
 
@@ -71,7 +73,9 @@ def test_cli_demo_runs_offline() -> None:
     out = io.StringIO()
     assert main(["demo", "--latency", "0"], out=out) == 0
     text = out.getvalue()
-    lines = [line for line in text.splitlines() if line.strip().startswith(("1.", "2.", "3.", "4.", "5.", "6."))]
+    lines = [
+        line for line in text.splitlines() if line.strip().startswith(("1.", "2.", "3.", "4.", "5.", "6."))
+    ]
     outcomes = [re.search(r"\s(miss|hit|bypass)\s", line).group(1) for line in lines]  # type: ignore[union-attr]
     assert outcomes == ["miss", "hit", "hit", "miss", "bypass", "miss"], text
     assert "upstream calls: 4 for 6 requests" in text
