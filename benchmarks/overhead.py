@@ -1,5 +1,7 @@
 """What cachekit adds to one call: the raw SDK, the cachekit miss path and the hit path, side by side.
 
+Non-streaming calls, then streamed ones (time to the first event and to the end of the stream).
+
 Builds a 60-message agent request from ``../shared/data/traces-dev.jsonl`` (system prompt, tools and
 the first 60 messages of the longest conversation) and sends it through the real ``anthropic`` SDK to
 an instant in-process upstream (:class:`cachekit.testing.FakeUpstream`), interleaving the variants
@@ -41,8 +43,8 @@ def agent_request(traces: Path, messages: int = 60) -> dict[str, Any]:
     }
 
 
-def client(cache: Any | None) -> Anthropic:
-    http = httpx2.Client(transport=FakeUpstream())
+def client(cache: Any | None, upstream: FakeUpstream | None = None) -> Anthropic:
+    http = httpx2.Client(transport=upstream or FakeUpstream())
     if cache is None:
         return Anthropic(api_key="sk-bench", http_client=http, max_retries=0)
     return cachekit.Anthropic(api_key="sk-bench", http_client=http, max_retries=0, cache=cache)
@@ -101,6 +103,40 @@ def main() -> None:
             f"hit costs {med[f'hit-{store}'] / med['raw']:.2f}x a raw call"
         )
     for sdk in (raw, memory, sqlite):
+        sdk.close()
+    streams(body, args.rounds // 4)
+
+
+def streams(body: dict[str, Any], rounds: int) -> None:
+    """Streamed calls: the upstream sends each event 1 ms apart, as a provider streams tokens."""
+    raw = client(None, FakeUpstream(chunk_delay=0.001))
+    cached = client(MemoryStore(max_bytes=1 << 30), FakeUpstream(chunk_delay=0.001))
+
+    def stream(sdk: Anthropic, **extra: Any) -> tuple[float, float]:
+        start = time.perf_counter()
+        first = 0.0
+        with sdk.messages.stream(**body, **extra) as events:
+            for i, _ in enumerate(events):
+                if i == 0:
+                    first = time.perf_counter() - start
+        return first * 1e3, (time.perf_counter() - start) * 1e3
+
+    for sdk in (raw, cached):
+        for _ in range(5):
+            stream(sdk)
+    samples: dict[str, list[tuple[float, float]]] = {"raw": [], "miss": [], "hit": []}
+    for i in range(rounds):
+        unique = {"metadata": {"user_id": f"stream-{i}"}}
+        samples["raw"].append(stream(raw, **unique))
+        samples["miss"].append(stream(cached, **unique))
+        samples["hit"].append(stream(cached))
+    print(f"\nstreamed ({rounds} rounds; upstream events 1 ms apart)")
+    print(f"{'path':<14}{'first event ms':>16}{'whole stream ms':>17}")
+    for name, values in samples.items():
+        ttfb = statistics.median(v[0] for v in values)
+        total = statistics.median(v[1] for v in values)
+        print(f"{name:<14}{ttfb:>16.3f}{total:>17.3f}")
+    for sdk in (raw, cached):
         sdk.close()
 
 

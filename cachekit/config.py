@@ -50,6 +50,8 @@ class CacheConfig:
         tool_order: ``keep`` the caller's tool order, or ``sort`` tools by name.
         normalize_whitespace: opt-in CRLF → LF and trailing-whitespace stripping in prose.
         ignore_fields: top-level body fields left out of the key (opt-out; e.g. ``metadata``).
+        coalesce_timeout: seconds a request waits for an identical one already upstream (single-flight)
+            before going upstream itself; long, since a leader may be streaming a long answer.
     """
 
     store: Store | AsyncStore | str | None = None
@@ -61,12 +63,17 @@ class CacheConfig:
     tool_order: ToolOrder = "keep"
     normalize_whitespace: bool = False
     ignore_fields: frozenset[str] = field(default_factory=frozenset)
+    coalesce_timeout: float = 300.0
 
     def __post_init__(self) -> None:
         if self.ttl is not None and not self.ttl > 0:
             raise ConfigError(f"ttl must be a positive number of seconds or None, not {self.ttl!r}")
         if self.tool_order not in ("keep", "sort"):
             raise ConfigError(f"tool_order must be 'keep' or 'sort', not {self.tool_order!r}")
+        if not self.coalesce_timeout > 0:
+            raise ConfigError(
+                f"coalesce_timeout must be a positive number of seconds, not {self.coalesce_timeout!r}"
+            )
         if not self.namespace:
             raise ConfigError("namespace must be a non-empty string")
 

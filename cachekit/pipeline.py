@@ -11,6 +11,9 @@ Effects and what the driver sends back:
 * :class:`Load` → the stored bytes or ``None``
 * :class:`Save` → ``None``
 * :class:`Read` → ``None`` (the response's body is then in ``response.content``)
+* :class:`Wait` → ``None`` once the flight landed or the timeout passed
+* :class:`Tee` → ``None``; the driver wraps the response's stream so the recorder sees each chunk as it
+  passes to the caller, and when the stream ends performs ``on_end``'s store write, then ``release``
 
 A driver throws an effect's exception back into the generator; cache-path failures are caught here
 (logged, counted, then the request goes upstream) and everything else propagates to the caller.
@@ -22,22 +25,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
-from cachekit import canonical
+from cachekit import canonical, sse
 from cachekit._http import Request, Response, build_response, library_of, rebuild_request
 from cachekit._types import CacheOutcome, Dialect
 from cachekit.config import MODES, CacheConfig, Mode
 from cachekit.context import UNSET, CallPolicy, current_policy
 from cachekit.errors import CorruptEntryError
+from cachekit.flights import Flight, Flights
 from cachekit.keys import exact_key, partition_for
 from cachekit.providers import CREDENTIAL_HEADERS, Route, error_body, route_request
 from cachekit.stores import record
 
-__all__ = ["Effect", "Exchange", "Load", "Pipeline", "PipelineStats", "Read", "Save", "Send"]
+__all__ = ["Effect", "Exchange", "Load", "Pipeline", "PipelineStats", "Read", "Save", "Send", "Tee", "Wait"]
 
 logger = logging.getLogger("cachekit.pipeline")
 
@@ -97,7 +101,31 @@ class Read:
     response: Response
 
 
-Effect = Send | Load | Save | Read
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait (at most ``timeout`` seconds) for another request's upstream call to land."""
+
+    flight: Flight
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Tee:
+    """Record ``response``'s stream while the caller reads it.
+
+    When the stream ends the driver calls ``on_end`` with the recorder's complete bytes (``None`` if
+    the stream was cut, errored, or abandoned), performs the :class:`Save` it returns (reporting a
+    store failure to ``failed``), then calls ``release`` whatever happened.
+    """
+
+    response: Response
+    recorder: sse.StreamRecorder
+    on_end: Callable[[bytes | None], Save | None]
+    release: Callable[[], None]
+    failed: Callable[[Exception], None]
+
+
+Effect = Send | Load | Save | Read | Wait | Tee
 Exchange = Generator[Effect, Any, Response]
 
 
@@ -112,6 +140,8 @@ class PipelineStats:
     stores: int = 0
     store_errors: int = 0
     corrupt_entries: int = 0
+    coalesced: int = 0
+    incomplete_streams: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str) -> None:
@@ -156,8 +186,79 @@ def _strip_control_headers(request: Request, headers: dict[str, str]) -> None:
         del request.headers[name]
 
 
+def _media_type(content_type: str | None) -> str:
+    return "" if content_type is None else content_type.split(";", 1)[0].strip().lower()
+
+
 def _is_json(content_type: str | None) -> bool:
-    return content_type is not None and content_type.split(";", 1)[0].strip().lower() == "application/json"
+    return _media_type(content_type) == "application/json"
+
+
+def _is_event_stream(content_type: str | None) -> bool:
+    return _media_type(content_type) == "text/event-stream"
+
+
+def _nothing() -> None:
+    """A release for a stream that no flight waits on."""
+
+
+def _kept_headers(response: Response) -> tuple[tuple[str, str], ...]:
+    """The response headers worth replaying (raw names and values, in order)."""
+    return tuple(
+        (name.decode("latin-1"), value.decode("latin-1"))
+        for name, value in response.headers.raw
+        if name.decode("latin-1").lower() not in _UNSTORED_HEADERS
+    )
+
+
+# Fields that choose the *form* of the answer (a stream or one document, usage in the stream or not),
+# not the answer: they stay out of the key, so one entry serves both forms.
+_FORM_FIELDS = frozenset({"stream", "stream_options"})
+
+JSON_TYPE = "application/json"
+SSE_TYPE = "text/event-stream; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class _Form:
+    """The form the caller wants the answer in."""
+
+    streaming: bool
+    include_usage: bool
+
+    @classmethod
+    def of(cls, dialect: Dialect, body: dict[str, Any]) -> _Form:
+        streaming = body.get("stream") is True
+        options = body.get("stream_options")
+        include_usage = (
+            streaming
+            and dialect == "openai_chat"
+            and isinstance(options, dict)
+            and options.get("include_usage") is True
+        )
+        return cls(streaming, include_usage)
+
+
+def _in_form(cached: record.CachedResponse, dialect: Dialect, form: _Form) -> record.CachedResponse:
+    """``cached`` converted to the form the request wants (stream ↔ document), or as stored.
+
+    Raises :class:`sse.StreamError` when a stored stream cannot be assembled (treated as corrupt).
+    """
+    if cached.form == "json" and not form.streaming:
+        return cached
+    if cached.form == "sse" and not form.streaming:
+        body, content_type = orjson.dumps(sse.assemble(dialect, cached.body)), JSON_TYPE
+    elif cached.form == "json":
+        body, content_type = sse.synthesize(dialect, cached.body, include_usage=form.include_usage), SSE_TYPE
+    else:
+        body, content_type = sse.restream(dialect, cached.body, include_usage=form.include_usage), SSE_TYPE
+    headers = tuple((k, v) for k, v in cached.headers if k.lower() != "content-type")
+    return replace(
+        cached,
+        headers=(*headers, ("content-type", content_type)),
+        body=body,
+        form="sse" if form.streaming else "json",
+    )
 
 
 class Pipeline:
@@ -177,6 +278,7 @@ class Pipeline:
             tool_order=config.tool_order, normalize_whitespace=config.normalize_whitespace
         )
         self.stats = PipelineStats()
+        self._flights = Flights()
 
     # -- the flow ---------------------------------------------------------------------------------
 
@@ -199,60 +301,129 @@ class Pipeline:
         _strip_control_headers(request, headers)
 
         body = self._json_body(request, headers)
-        if body is None or not self.config.enabled or control.mode == "bypass" or body.get("stream") is True:
-            # Not a JSON object (multipart upload, a body we cannot read), the cache is off, the caller
-            # asked to bypass, or a stream (cached from the streaming release on): send it as it is.
+        if body is None or not self.config.enabled or control.mode == "bypass":
+            # Not a JSON object (multipart upload, a body we cannot read), the cache is off, or the
+            # caller asked to bypass: send it as it is (canonical when it is JSON).
             if body is not None:
                 request = self._canonical_request(request, route.dialect, body)[0]
             self.stats.add("bypasses")
             response = yield Send(request)
             return self._tag(response, "bypass", None)
 
+        form = _Form.of(route.dialect, body)
         request, body_bytes = self._canonical_request(request, route.dialect, body)
         key = self._key(
             request=request, headers=headers, route=route, control=control, body=body, body_bytes=body_bytes
         )
-
+        flight: Flight | None = None
         if control.mode != "refresh":
-            cached = yield from self._lookup(key)
-            if cached is not None:
-                self.stats.add("hits")
-                logger.debug("hit provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
-                return self._replay(request, cached, key)
+            served, flight = yield from self._find(
+                key, route, form, coalesce=control.mode != "only-if-cached"
+            )
+            if served is not None:
+                return self._replay(request, served, key)
             if control.mode == "only-if-cached":
                 self.stats.add("misses")
-                return self._synthetic(
-                    request,
-                    route.dialect,
-                    504,
-                    "api_error",
-                    "cachekit: not in cache (x-cachekit: only-if-cached)",
-                )
-
-        self.stats.add("misses")
-        response = yield Send(request)
-        if not (200 <= response.status_code < 300 and _is_json(response.headers.get("content-type"))):
-            # Errors (429, 5xx, 4xx) and anything that is not a JSON document are never stored; the
-            # SDK sees them untouched and its retries run as usual.
-            return self._tag(response, "miss", key)
-        yield Read(response)
-        stored = record.CachedResponse(
-            status=response.status_code,
-            headers=tuple(
-                (name.decode("latin-1"), value.decode("latin-1"))
-                for name, value in response.headers.raw
-                if name.decode("latin-1").lower() not in _UNSTORED_HEADERS
-            ),
-            body=response.content,
-            created_at=self._clock(),
+                message = "cachekit: not in cache (x-cachekit: only-if-cached)"
+                return self._synthetic(request, route.dialect, 504, "api_error", message)
+        return (
+            yield from self._fetch(request, key=key, route=route, form=form, ttl=control.ttl, flight=flight)
         )
+
+    def _find(
+        self, key: str, route: Route, form: _Form, *, coalesce: bool
+    ) -> Generator[Effect, Any, tuple[record.CachedResponse | None, Flight | None]]:
+        """The stored answer, or ``None`` and the flight this request now leads (single-flight)."""
+        flight: Flight | None = None
+        served, failed = yield from self._lookup(key, route.dialect, form)
+        if served is None and coalesce and not failed:
+            flight, leading = self._flights.join(key)
+            if not leading:
+                # Another request for this key is upstream now: wait for it, then read its answer. If
+                # it failed there is nothing stored and this one goes upstream on its own.
+                yield Wait(flight, self.config.coalesce_timeout)
+                flight = None
+                self.stats.add("coalesced")
+            # Look again (a leader may have landed between the first look and the join).
+            served, _ = yield from self._lookup(key, route.dialect, form)
+        if served is not None:
+            if flight is not None:
+                self._flights.land(key, flight)
+            self.stats.add("hits")
+            logger.debug("hit provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
+            return served, None
+        return None, flight
+
+    def _fetch(
+        self,
+        request: Request,
+        *,
+        key: str,
+        route: Route,
+        form: _Form,
+        ttl: float | None,
+        flight: Flight | None,
+    ) -> Exchange:
+        """A miss: go upstream, store a complete 2xx answer, land the flight (if this request leads one)."""
+        handed_off = False
         try:
-            yield Save(key, record.encode(stored), control.ttl)
-            self.stats.add("stores")
-        except Exception as exc:  # a failing store must never fail the user's call
-            self._store_failed("store", exc)
-        logger.debug("miss provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
-        return self._replay(request, stored, key, outcome="miss")
+            self.stats.add("misses")
+            response = yield Send(request)
+            content_type = response.headers.get("content-type")
+            if not 200 <= response.status_code < 300:
+                # Errors (429, 5xx, 4xx) are never stored; the SDK sees them untouched and retries.
+                return self._tag(response, "miss", key)
+            if form.streaming and _is_event_stream(content_type):
+                # The caller reads the stream as it arrives; the recorder keeps a copy and the entry is
+                # stored only if the stream reaches its terminator with no error event.
+                status, kept = response.status_code, _kept_headers(response)
+                yield Tee(
+                    response,
+                    sse.StreamRecorder(route.dialect),
+                    on_end=lambda raw: self._stream_entry(key, status, kept, raw, ttl),
+                    release=(lambda: self._flights.land(key, flight)) if flight is not None else _nothing,
+                    failed=lambda exc: self._store_failed("store", exc),
+                )
+                handed_off = True
+                return self._tag(response, "miss", key)
+            if not _is_json(content_type):
+                return self._tag(response, "miss", key)  # not a JSON document: never stored
+            yield Read(response)
+            stored = record.CachedResponse(
+                status=response.status_code,
+                headers=_kept_headers(response),
+                body=response.content,
+                created_at=self._clock(),
+            )
+            try:
+                yield Save(key, record.encode(stored), ttl)
+                self.stats.add("stores")
+            except Exception as exc:  # a failing store must never fail the user's call
+                self._store_failed("store", exc)
+            logger.debug("miss provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
+            return self._replay(request, stored, key, outcome="miss")
+        finally:
+            # A stream's flight lands when the stream ends (see Tee); anything else lands here, whether
+            # it succeeded, failed, or was cancelled.
+            if flight is not None and not handed_off:
+                self._flights.land(key, flight)
+
+    def _stream_entry(
+        self,
+        key: str,
+        status: int,
+        headers: tuple[tuple[str, str], ...],
+        raw: bytes | None,
+        ttl: float | None,
+    ) -> Save | None:
+        """The store write for a finished stream, or ``None`` when it must not be stored."""
+        if raw is None:
+            self.stats.add("incomplete_streams")
+            logger.debug("stream for key=%s ended incomplete or with an error; not stored", key[-16:])
+            return None
+        self.stats.add("stores")
+        entry = record.CachedResponse(status, headers, raw, self._clock(), form="sse")
+        return Save(key, record.encode(entry), ttl)
 
     # -- steps --------------------------------------------------------------------------------------
 
@@ -296,9 +467,10 @@ class Pipeline:
             tenant=control.tenant,
             share_across_credentials=self.config.share_across_credentials,
         )
-        if self.config.ignore_fields:
-            # Opted-out fields leave the key but still go upstream.
-            kept = {k: v for k, v in body.items() if k not in self.config.ignore_fields}
+        excluded = _FORM_FIELDS | self.config.ignore_fields
+        if not excluded.isdisjoint(body):
+            # Opted-out and form fields leave the key but still go upstream.
+            kept = {k: v for k, v in body.items() if k not in excluded}
             body_bytes = canonical.dumps(canonical.canonicalize(kept, route.dialect, self._options).body)
         return exact_key(
             namespace=control.namespace,
@@ -311,21 +483,25 @@ class Pipeline:
             body=body_bytes,
         )
 
-    def _lookup(self, key: str) -> Generator[Effect, Any, record.CachedResponse | None]:
+    def _lookup(
+        self, key: str, dialect: Dialect, form: _Form
+    ) -> Generator[Effect, Any, tuple[record.CachedResponse | None, bool]]:
+        """The stored answer under ``key`` in the form this request wants (or ``None``), and whether
+        the store failed (then the request goes upstream without coalescing: no second lookup)."""
         try:
             raw = yield Load(key)
         except Exception as exc:
             self._store_failed("lookup", exc)
-            return None
+            return None, True
         if raw is None:
-            return None
+            return None, False
         try:
-            return record.decode(raw)
-        except CorruptEntryError as exc:
+            return _in_form(record.decode(raw), dialect, form), False
+        except (CorruptEntryError, sse.StreamError) as exc:
             # Treated as a miss; the fresh answer overwrites it under the same key.
             self.stats.add("corrupt_entries")
             logger.warning("corrupt cache entry %s is ignored and will be overwritten: %s", key[-16:], exc)
-            return None
+            return None, False
 
     def _store_failed(self, what: str, exc: Exception) -> None:
         self.stats.add("store_errors")

@@ -24,7 +24,8 @@ import httpx2
 
 from cachekit._http import Request, Response, library_of
 from cachekit.cache import Cache, CacheLike, as_cache
-from cachekit.pipeline import Effect, Exchange, Load, PipelineStats, Read, Save, Send
+from cachekit.pipeline import Effect, Exchange, Load, PipelineStats, Read, Save, Send, Tee, Wait
+from cachekit.stores.base import AsyncStore, Store
 
 __all__ = ["AsyncCachingTransport", "CachingTransport"]
 
@@ -103,6 +104,111 @@ class _ProxyRouter:
         await self._client.aclose()
 
 
+class _TeeState:
+    """What both stream wrappers share: the recorder, and ending exactly once."""
+
+    def __init__(self, tee: Tee) -> None:
+        self._tee = tee
+        self._ended = False
+
+    def _finish(self) -> Save | None:
+        """Mark the stream ended; the store write to perform, if any.
+
+        Whether the stream is storable is the recorder's call, from what it saw, not whether the
+        caller read to the end: the SDKs stop reading at the terminator (OpenAI's ``[DONE]``) and
+        close, and a stream cut before its terminator is incomplete however it ended.
+        """
+        self._ended = True
+        return self._tee.on_end(self._tee.recorder.complete())
+
+    def _failed(self, exc: Exception) -> None:
+        self._tee.failed(exc)
+
+
+class _SyncTee(_TeeState):
+    """Pass a sync byte stream through, chunk by chunk, while recording it."""
+
+    def __init__(self, inner: Any, tee: Tee, store: Store) -> None:
+        super().__init__(tee)
+        self._inner = inner
+        self._store = store
+
+    def __iter__(self) -> Any:
+        try:
+            for chunk in self._inner:
+                self._tee.recorder.feed(chunk)
+                yield chunk
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        if self._ended:
+            return
+        try:
+            save = self._finish()
+            if save is not None:
+                self._store.set(save.key, save.value, ttl=save.ttl)
+        except Exception as exc:  # the caller already has its answer; a store failure is only logged
+            self._failed(exc)
+        finally:
+            self._tee.release()
+
+    def close(self) -> None:
+        self._end()
+        self._inner.close()
+
+
+class _AsyncTee(_TeeState):
+    """Pass an async byte stream through, chunk by chunk, while recording it."""
+
+    def __init__(self, inner: Any, tee: Tee, astore: AsyncStore | None, store: Store | None) -> None:
+        super().__init__(tee)
+        self._inner = inner
+        self._astore = astore
+        self._store = store
+
+    async def __aiter__(self) -> Any:
+        try:
+            async for chunk in self._inner:
+                self._tee.recorder.feed(chunk)
+                yield chunk
+        finally:
+            await self._end()
+
+    async def _end(self) -> None:
+        if self._ended:
+            return
+        try:
+            save = self._finish()
+            if save is not None:
+                if self._astore is not None:
+                    await self._astore.aset(save.key, save.value, ttl=save.ttl)
+                elif self._store is not None:
+                    self._store.set(save.key, save.value, ttl=save.ttl)
+        except Exception as exc:
+            self._failed(exc)
+        finally:
+            self._tee.release()
+
+    async def aclose(self) -> None:
+        await self._end()
+        await self._inner.aclose()
+
+
+_tee_classes: dict[tuple[str, bool], type[Any]] = {}
+
+
+def _tee_class(library: ModuleType, is_async: bool) -> type[Any]:
+    """The tee wrapper as a subclass of ``library``'s byte-stream base (httpx2 checks the type)."""
+    key = (library.__name__, is_async)
+    cls = _tee_classes.get(key)
+    if cls is None:
+        base = library.AsyncByteStream if is_async else library.SyncByteStream
+        mixin = _AsyncTee if is_async else _SyncTee
+        cls = _tee_classes[key] = type(mixin.__name__, (mixin, base), {})
+    return cls
+
+
 class _CachingBase:
     def __init__(self, transport: Any, cache: CacheLike, owns_cache: bool | None) -> None:
         self._cache, owned = as_cache(cache)
@@ -168,6 +274,17 @@ class CachingTransport(_CachingBase, httpx2.BaseTransport):
                 return store.set(effect.key, effect.value, ttl=effect.ttl)
             if isinstance(effect, Read):
                 return effect.response.read()
+            if isinstance(effect, Wait):
+                return effect.flight.wait(effect.timeout)
+            if isinstance(effect, Tee):
+                response = effect.response
+                tee = _tee_class(library_of(response), False)(response.stream, effect, store)
+                if response.is_stream_consumed:  # an in-memory response was read when it was built
+                    effect.recorder.feed(response.content)
+                    tee.close()
+                else:
+                    response.stream = tee
+                return None
             raise TypeError(f"unknown effect {effect!r}")
 
         return _run_sync(_drive(self._cache.pipeline.exchange(request), perform))
@@ -226,6 +343,17 @@ class AsyncCachingTransport(_CachingBase, httpx2.AsyncBaseTransport):
                 return store.set(effect.key, effect.value, ttl=effect.ttl)  # type: ignore[union-attr]
             if isinstance(effect, Read):
                 return await effect.response.aread()
+            if isinstance(effect, Wait):
+                return await effect.flight.wait_async(effect.timeout)
+            if isinstance(effect, Tee):
+                response = effect.response
+                tee = _tee_class(library_of(response), True)(response.stream, effect, astore, store)
+                if response.is_stream_consumed:  # an in-memory response was read when it was built
+                    effect.recorder.feed(response.content)
+                    await tee.aclose()
+                else:
+                    response.stream = tee
+                return None
             raise TypeError(f"unknown effect {effect!r}")
 
         return await _drive(self._cache.pipeline.exchange(request), perform)

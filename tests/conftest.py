@@ -79,12 +79,12 @@ class Harness:
         else:
             http_client = httpx2.Client(transport=self.upstream)
         kwargs.setdefault("max_retries", 0)
+        kwargs.setdefault("_strict_response_validation", True)
         client = getattr(cachekit, name)(
             api_key=api_key,
             base_url=BASE_URLS[provider],
             http_client=http_client,
             cache=self.store if cache is None else cache,
-            _strict_response_validation=True,
             **kwargs,
         )
         sdk = SDK(client, self._loop)

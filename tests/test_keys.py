@@ -206,7 +206,8 @@ def test_ignore_fields_opt_out_of_the_key_but_still_go_upstream() -> None:
     other = {**body, "metadata": {"user_id": "someone-else"}}
     assert key_of(request(url, body), pipeline) == key_of(request(url, other), pipeline)
     exchange = pipeline.exchange(request(url, other))
-    next(exchange)
-    sent = exchange.send(None)
+    sent = next(exchange)
+    while isinstance(sent, Load):  # the lookups (before and after joining the flight) miss
+        sent = exchange.send(None)
     assert isinstance(sent, Send)
     assert orjson.loads(sent.request.content)["metadata"] == {"user_id": "someone-else"}

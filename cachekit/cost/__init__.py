@@ -1,0 +1,74 @@
+"""Cost tracking: normalized usage, a dated price table, a ledger of calls, and reports.
+
+::
+
+    usage.py    provider usage objects -> UsageRecord (uncached, cache writes 5m/1h, cache reads, output)
+    prices.py   prices.json (per provider and model, with source URL and date) -> Cost of a UsageRecord
+    ledger.py   CallRecord per call -> sinks (memory, SQLite under $CACHEKIT_HOME, JSONL), totals, budgets
+    report.py   terminal table (rich), JSON, and a PNG of cost with and without caching
+
+Typical use from the request pipeline::
+
+    ledger = Ledger()                      # SQLite at $CACHEKIT_HOME/ledger.sqlite3, batched writes
+    ledger.record_body("anthropic", "anthropic_messages", model, response_body, tenant=t, site=s)
+    ledger.record_call("openai", model, stored_usage, outcome="exact_hit")   # a local cache hit
+    ledger.totals(group_by=("tenant", "model"), since=datetime.timedelta(days=7))
+"""
+
+from __future__ import annotations
+
+from cachekit.cost.ledger import (
+    GROUP_FIELDS,
+    OUTCOMES,
+    Budget,
+    BudgetAlert,
+    CallRecord,
+    JSONLSink,
+    Ledger,
+    LedgerSink,
+    LedgerStats,
+    MemorySink,
+    Outcome,
+    SQLiteSink,
+    Totals,
+    aggregate,
+    default_ledger_path,
+    make_record,
+    outcome_for_usage,
+)
+from cachekit.cost.prices import Cost, ModelPrice, PriceTable, PriceTableError, Rates, default_prices
+from cachekit.cost.report import parse_since, plot, render_report
+from cachekit.cost.usage import TOKEN_FIELDS, UsageRecord, normalize, usage_of_body
+
+__all__ = [
+    "GROUP_FIELDS",
+    "OUTCOMES",
+    "TOKEN_FIELDS",
+    "Budget",
+    "BudgetAlert",
+    "CallRecord",
+    "Cost",
+    "JSONLSink",
+    "Ledger",
+    "LedgerSink",
+    "LedgerStats",
+    "MemorySink",
+    "ModelPrice",
+    "Outcome",
+    "PriceTable",
+    "PriceTableError",
+    "Rates",
+    "SQLiteSink",
+    "Totals",
+    "UsageRecord",
+    "aggregate",
+    "default_ledger_path",
+    "default_prices",
+    "make_record",
+    "normalize",
+    "outcome_for_usage",
+    "parse_since",
+    "plot",
+    "render_report",
+    "usage_of_body",
+]

@@ -1,0 +1,792 @@
+"""The cost ledger: one :class:`CallRecord` per call, written to pluggable sinks, with totals and budgets.
+
+Recording is built for the request path: :meth:`Ledger.record` appends to an in-memory queue and
+returns; a background thread drains the queue in batches into the slow sinks (SQLite, JSONL). The
+queue is bounded: when it is full the caller waits up to ``overflow_timeout`` for the writer, then the
+record is dropped, counted in :attr:`Ledger.stats` and logged, because a ledger failure must never fail
+the user's request. :meth:`Ledger.flush` writes everything recorded so far; :meth:`Ledger.close` (also
+run at interpreter exit) flushes and closes the sinks.
+
+Outcomes and what a record says:
+
+* ``miss`` / ``bypass`` / ``prompt_cache`` (an upstream call; ``prompt_cache`` when the provider's
+  prompt cache was read): ``cost`` is what the call cost, ``cost_without_caching`` what it would have
+  cost with no prompt caching, ``saving`` the difference;
+* ``exact_hit`` / ``semantic_hit`` (answered locally): ``cost`` is 0, and ``cost_without_caching`` and
+  ``saving`` are the avoided cost of the original call, i.e. the stored response's usage priced as a
+  full-price call.
+
+A figure that cannot be priced (unknown model or usage) is ``None`` in the record and is counted, not
+summed as zero, in :meth:`Ledger.totals`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as _dt
+import logging
+import sqlite3
+import threading
+import time as _time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
+
+import orjson
+
+from cachekit.config import cachekit_home
+from cachekit.cost.prices import PriceTable, default_prices
+from cachekit.cost.usage import TOKEN_FIELDS, UsageRecord, usage_of_body
+
+__all__ = [
+    "GROUP_FIELDS",
+    "OUTCOMES",
+    "Budget",
+    "BudgetAlert",
+    "CallRecord",
+    "JSONLSink",
+    "Ledger",
+    "LedgerSink",
+    "LedgerStats",
+    "MemorySink",
+    "Outcome",
+    "SQLiteSink",
+    "Totals",
+    "aggregate",
+    "default_ledger_path",
+    "make_record",
+    "outcome_for_usage",
+]
+
+logger = logging.getLogger("cachekit.cost")
+
+#: How a call was answered: by the provider (using its prompt cache or not), or by a local cache.
+Outcome = Literal["prompt_cache", "exact_hit", "semantic_hit", "miss", "bypass"]
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+_HITS = frozenset({"exact_hit", "semantic_hit"})
+
+#: Fields :func:`aggregate` groups by: the record's labels plus ``day`` and ``hour`` (UTC).
+GROUP_FIELDS: tuple[str, ...] = ("provider", "model", "tenant", "site", "outcome", "day", "hour")
+
+Since = float | int | _dt.datetime | _dt.date | _dt.timedelta | None
+
+
+def default_ledger_path() -> Path:
+    """Where the default SQLite ledger lives: ``$CACHEKIT_HOME/ledger.sqlite3``."""
+    return cachekit_home() / "ledger.sqlite3"
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One call in the ledger: when, who (tenant, call site), what model, how it was answered, what it cost.
+
+    ``time`` is seconds since the epoch. Costs are USD; ``None`` when they could not be priced.
+    """
+
+    time: float
+    provider: str
+    model: str
+    tenant: str | None
+    site: str | None
+    outcome: Outcome
+    usage: UsageRecord
+    cost: float | None
+    cost_without_caching: float | None
+    saving: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat JSON-ready dict (token counts inlined), the inverse of :meth:`from_dict`."""
+        u = self.usage
+        return {
+            "time": self.time,
+            "provider": self.provider,
+            "model": self.model,
+            "tenant": self.tenant,
+            "site": self.site,
+            "outcome": self.outcome,
+            "uncached_input": u.uncached_input,
+            "cache_write_5m": u.cache_write_5m,
+            "cache_write_1h": u.cache_write_1h,
+            "cache_read": u.cache_read,
+            "output": u.output,
+            "reasoning": u.reasoning,
+            "usage_known": u.known,
+            "problems": list(u.problems),
+            "cost": self.cost,
+            "cost_without_caching": self.cost_without_caching,
+            "saving": self.saving,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CallRecord:
+        """Rebuild a record from :meth:`to_dict` output."""
+        usage = UsageRecord(
+            uncached_input=data.get("uncached_input"),
+            cache_write_5m=data.get("cache_write_5m"),
+            cache_write_1h=data.get("cache_write_1h"),
+            cache_read=data.get("cache_read"),
+            output=data.get("output"),
+            reasoning=data.get("reasoning"),
+            known=bool(data.get("usage_known", False)),
+            problems=tuple(data.get("problems") or ()),
+        )
+        return cls(
+            time=float(data["time"]),
+            provider=str(data["provider"]),
+            model=str(data["model"]),
+            tenant=data.get("tenant"),
+            site=data.get("site"),
+            outcome=data["outcome"],
+            usage=usage,
+            cost=data.get("cost"),
+            cost_without_caching=data.get("cost_without_caching"),
+            saving=data.get("saving"),
+        )
+
+
+def outcome_for_usage(usage: UsageRecord) -> Outcome:
+    """``prompt_cache`` when an upstream call read the provider's prompt cache, else ``miss``."""
+    return "prompt_cache" if usage.cache_read else "miss"
+
+
+def make_record(
+    prices: PriceTable,
+    provider: str,
+    model: str,
+    usage: UsageRecord,
+    *,
+    outcome: Outcome | None = None,
+    tenant: str | None = None,
+    site: str | None = None,
+    time: float | None = None,
+    batch: bool = False,
+) -> CallRecord:
+    """Price ``usage`` and build the ledger record for one call (pure apart from the clock).
+
+    For ``exact_hit`` / ``semantic_hit`` pass the *stored* response's usage: the record costs 0 and
+    saves what the original call would cost at full price today.
+    """
+    if outcome is None:
+        outcome = outcome_for_usage(usage)
+    priced = prices.price(provider, model, usage, batch=batch)
+    if outcome in _HITS:
+        cost: float | None = 0.0
+        without = priced.no_cache_usd
+        saving = without
+    else:
+        cost, without, saving = priced.total_usd, priced.no_cache_usd, priced.saving_usd
+    return CallRecord(
+        time=_time.time() if time is None else time,
+        provider=provider,
+        model=model,
+        tenant=tenant,
+        site=site,
+        outcome=outcome,
+        usage=usage,
+        cost=cost,
+        cost_without_caching=without,
+        saving=saving,
+    )
+
+
+# -- sinks ---------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class LedgerSink(Protocol):
+    """Where records go. ``synchronous`` sinks are written on the caller's thread (keep them cheap);
+    the others are written in batches by the ledger's background thread."""
+
+    synchronous: bool
+
+    def write(self, records: Sequence[CallRecord]) -> None:
+        """Store a batch of records."""
+
+    def read(self, since: float | None = None) -> list[CallRecord]:
+        """Every stored record with ``time >= since`` (all when ``None``), oldest first."""
+
+    def close(self) -> None:
+        """Release the sink's resources."""
+
+
+class MemorySink:
+    """Keeps records in a list (tests, short scripts, a live process's own report)."""
+
+    synchronous = True
+
+    def __init__(self) -> None:
+        self._records: list[CallRecord] = []
+        self._lock = threading.Lock()
+
+    def write(self, records: Sequence[CallRecord]) -> None:
+        """Append the records."""
+        with self._lock:
+            self._records.extend(records)
+
+    def read(self, since: float | None = None) -> list[CallRecord]:
+        """The stored records, oldest first."""
+        with self._lock:
+            records = list(self._records)
+        records.sort(key=lambda r: r.time)
+        return records if since is None else [r for r in records if r.time >= since]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class JSONLSink:
+    """Appends one JSON object per line to a file (easy to ship to a log pipeline)."""
+
+    synchronous = False
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def write(self, records: Sequence[CallRecord]) -> None:
+        """Append the records as JSON lines."""
+        data = b"".join(orjson.dumps(r.to_dict()) + b"\n" for r in records)
+        with self._lock, self.path.open("ab") as fh:
+            fh.write(data)
+
+    def read(self, since: float | None = None) -> list[CallRecord]:
+        """Parse the file; a corrupt line is skipped with a warning."""
+        if not self.path.exists():
+            return []
+        records: list[CallRecord] = []
+        with self._lock:
+            lines = self.path.read_bytes().splitlines()
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = CallRecord.from_dict(orjson.loads(line))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                logger.warning("cachekit.cost: skipping corrupt ledger line %d of %s", number, self.path)
+                continue
+            if since is None or record.time >= since:
+                records.append(record)
+        records.sort(key=lambda r: r.time)
+        return records
+
+    def close(self) -> None:
+        """Nothing held open between writes."""
+
+
+_COLUMNS = (
+    "time",
+    "provider",
+    "model",
+    "tenant",
+    "site",
+    "outcome",
+    *TOKEN_FIELDS,
+    "reasoning",
+    "usage_known",
+    "problems",
+    "cost",
+    "cost_without_caching",
+    "saving",
+)
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    id INTEGER PRIMARY KEY,
+    time REAL NOT NULL,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    tenant TEXT,
+    site TEXT,
+    outcome TEXT NOT NULL,
+    uncached_input INTEGER,
+    cache_write_5m INTEGER,
+    cache_write_1h INTEGER,
+    cache_read INTEGER,
+    output INTEGER,
+    reasoning INTEGER,
+    usage_known INTEGER NOT NULL,
+    problems TEXT,
+    cost REAL,
+    cost_without_caching REAL,
+    saving REAL
+);
+CREATE INDEX IF NOT EXISTS calls_time ON calls (time);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', '1');
+"""
+
+
+def _sql_row(r: CallRecord) -> tuple[Any, ...]:
+    """The ``calls`` row of a record, in :data:`_COLUMNS` order (built directly: this runs per record)."""
+    u = r.usage
+    return (
+        r.time,
+        r.provider,
+        r.model,
+        r.tenant,
+        r.site,
+        r.outcome,
+        u.uncached_input,
+        u.cache_write_5m,
+        u.cache_write_1h,
+        u.cache_read,
+        u.output,
+        u.reasoning,
+        int(u.known),
+        "\n".join(u.problems) or None,
+        r.cost,
+        r.cost_without_caching,
+        r.saving,
+    )
+
+
+class SQLiteSink:
+    """The default sink: a SQLite file (WAL mode), one row per call, written in batched transactions."""
+
+    synchronous = False
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_ledger_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+        try:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.DatabaseError:  # pragma: no cover - filesystems without shared memory
+            logger.warning("cachekit.cost: %s cannot use WAL mode; using the default journal", self.path)
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(_SCHEMA)
+        placeholders = ", ".join("?" for _ in _COLUMNS)
+        self._insert = f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES ({placeholders})"
+
+    def write(self, records: Sequence[CallRecord]) -> None:
+        """Insert the batch in one transaction."""
+        rows = [_sql_row(record) for record in records]
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.executemany(self._insert, rows)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def read(self, since: float | None = None) -> list[CallRecord]:
+        """Rows with ``time >= since``, oldest first."""
+        query = f"SELECT {', '.join(_COLUMNS)} FROM calls"
+        params: tuple[float, ...] = ()
+        if since is not None:
+            query += " WHERE time >= ?"
+            params = (since,)
+        query += " ORDER BY time, id"
+        with self._lock:
+            if self._closed:  # read-only access after close: a short-lived connection
+                conn = sqlite3.connect(self.path, timeout=10)
+                try:
+                    rows = conn.execute(query, params).fetchall()
+                finally:
+                    conn.close()
+            else:
+                rows = self._conn.execute(query, params).fetchall()
+        records = []
+        for row in rows:
+            d = dict(zip(_COLUMNS, row, strict=True))
+            d["problems"] = d["problems"].split("\n") if d["problems"] else []
+            records.append(CallRecord.from_dict(d))
+        return records
+
+    def close(self) -> None:
+        """Close the connection (:meth:`read` still works, on a short-lived connection)."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+
+# -- totals --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """Sums over a group of records. Costs sum only the priced records; ``unpriced_calls`` counts the rest.
+
+    ``tokens`` are billed tokens: those of upstream calls only (a local cache hit bills none).
+    """
+
+    group: dict[str, str | None]
+    calls: int
+    tokens: dict[str, int]
+    cost_usd: float
+    cost_without_caching_usd: float
+    saving_usd: float
+    unpriced_calls: int
+    unknown_usage_calls: int
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "group": dict(self.group),
+            "calls": self.calls,
+            "tokens": dict(self.tokens),
+            "cost_usd": self.cost_usd,
+            "cost_without_caching_usd": self.cost_without_caching_usd,
+            "saving_usd": self.saving_usd,
+            "unpriced_calls": self.unpriced_calls,
+            "unknown_usage_calls": self.unknown_usage_calls,
+            "outcomes": dict(self.outcomes),
+        }
+
+
+def _group_value(record: CallRecord, name: str) -> str | None:
+    if name == "day":
+        return _dt.datetime.fromtimestamp(record.time, _dt.timezone.utc).strftime("%Y-%m-%d")
+    if name == "hour":
+        return _dt.datetime.fromtimestamp(record.time, _dt.timezone.utc).strftime("%Y-%m-%d %H:00")
+    value: str | None = getattr(record, name)
+    return value
+
+
+def aggregate(records: Iterable[CallRecord], group_by: Sequence[str] = ("model",)) -> list[Totals]:
+    """Group records by ``group_by`` (any of :data:`GROUP_FIELDS`; ``()`` for one grand total) and sum them.
+
+    Groups come back sorted by their labels (``None`` first).
+    """
+    if isinstance(group_by, str):
+        group_by = (group_by,)
+    for name in group_by:
+        if name not in GROUP_FIELDS:
+            raise ValueError(f"cannot group by {name!r}; choose from {', '.join(GROUP_FIELDS)}")
+    acc: dict[tuple[str | None, ...], dict[str, Any]] = {}
+    for record in records:
+        key = tuple(_group_value(record, name) for name in group_by)
+        slot = acc.get(key)
+        if slot is None:
+            slot = acc[key] = {
+                "calls": 0,
+                "tokens": dict.fromkeys(TOKEN_FIELDS, 0),
+                "cost": 0.0,
+                "without": 0.0,
+                "saving": 0.0,
+                "unpriced": 0,
+                "unknown": 0,
+                "outcomes": {},
+            }
+        slot["calls"] += 1
+        slot["outcomes"][record.outcome] = slot["outcomes"].get(record.outcome, 0) + 1
+        usage = record.usage
+        if not usage.known:
+            slot["unknown"] += 1
+        elif record.outcome not in _HITS:  # a hit's usage is the stored call's: nothing was billed
+            for name in TOKEN_FIELDS:
+                slot["tokens"][name] += getattr(usage, name) or 0
+        if record.cost is None or record.cost_without_caching is None or record.saving is None:
+            slot["unpriced"] += 1
+        if record.cost is not None:
+            slot["cost"] += record.cost
+        if record.cost_without_caching is not None and record.saving is not None:
+            slot["without"] += record.cost_without_caching
+            slot["saving"] += record.saving
+    return [
+        Totals(
+            group=dict(zip(group_by, key, strict=True)),
+            calls=slot["calls"],
+            tokens=slot["tokens"],
+            cost_usd=slot["cost"],
+            cost_without_caching_usd=slot["without"],
+            saving_usd=slot["saving"],
+            unpriced_calls=slot["unpriced"],
+            unknown_usage_calls=slot["unknown"],
+            outcomes=dict(sorted(slot["outcomes"].items())),
+        )
+        for key, slot in sorted(acc.items(), key=lambda kv: tuple((v is not None, v or "") for v in kv[0]))
+    ]
+
+
+def _since_ts(since: Since) -> float | None:
+    if since is None:
+        return None
+    if isinstance(since, _dt.timedelta):
+        return _time.time() - since.total_seconds()
+    if isinstance(since, _dt.datetime):
+        if since.tzinfo is None:
+            since = since.replace(tzinfo=_dt.timezone.utc)
+        return since.timestamp()
+    if isinstance(since, _dt.date):
+        return _dt.datetime(since.year, since.month, since.day, tzinfo=_dt.timezone.utc).timestamp()
+    return float(since)
+
+
+# -- budgets -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetAlert:
+    """Passed to a budget's callback once, when the spend it watches first exceeds its limit."""
+
+    budget: Budget
+    spent_usd: float
+    record: CallRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A spending limit on the calls of one tenant and/or call site (both ``None``: every call).
+
+    Spend is the ``cost`` of the calls this ledger records while it is open. ``callback`` runs once, on
+    the recording thread, when the spend first exceeds ``limit_usd``; an exception it raises is logged.
+    """
+
+    limit_usd: float
+    callback: Callable[[BudgetAlert], object]
+    tenant: str | None = None
+    site: str | None = None
+    name: str | None = None
+
+    def matches(self, record: CallRecord) -> bool:
+        """Whether ``record`` counts against this budget."""
+        return (self.tenant is None or record.tenant == self.tenant) and (
+            self.site is None or record.site == self.site
+        )
+
+
+class _BudgetState:
+    __slots__ = ("budget", "fired", "spent")
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.spent = 0.0
+        self.fired = False
+
+
+# -- the ledger ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class LedgerStats:
+    """Counters for what did not go to plan: records dropped on a full queue, failed sink writes."""
+
+    dropped: int = 0
+    write_errors: int = 0
+
+
+class Ledger:
+    """Records calls to sinks (SQLite under ``$CACHEKIT_HOME`` by default), sums them, watches budgets.
+
+    Use as a context manager, or call :meth:`close`; it is also closed at interpreter exit.
+    """
+
+    def __init__(
+        self,
+        sinks: Iterable[LedgerSink] | None = None,
+        *,
+        prices: PriceTable | None = None,
+        budgets: Iterable[Budget] = (),
+        max_pending: int = 65536,
+        batch_size: int = 1024,
+        flush_interval: float = 0.25,
+        overflow_timeout: float = 1.0,
+    ) -> None:
+        self.prices = prices if prices is not None else default_prices()
+        self.sinks: tuple[LedgerSink, ...] = tuple(sinks) if sinks is not None else (SQLiteSink(),)
+        self._sync = tuple(s for s in self.sinks if getattr(s, "synchronous", False))
+        self._async = tuple(s for s in self.sinks if not getattr(s, "synchronous", False))
+        self._pending: deque[CallRecord] = deque()
+        self._max_pending = max_pending
+        self._batch_size = batch_size
+        self._flush_interval = flush_interval
+        self._overflow_timeout = overflow_timeout
+        self._wake = threading.Event()
+        self._write_lock = threading.Lock()
+        self._stats_lock = threading.Lock()
+        self._budgets = [_BudgetState(b) for b in budgets]
+        self._budget_lock = threading.Lock()
+        self.stats = LedgerStats()
+        self._closed = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        if self._async:
+            self._thread = threading.Thread(target=self._run, name="cachekit-ledger", daemon=True)
+            self._thread.start()
+        atexit.register(self.close)
+
+    # hot path
+
+    def record(self, record: CallRecord) -> None:
+        """Add one record. Cheap: slow sinks are written later by the background thread."""
+        if self._closed:
+            self._drop(record, "the ledger is closed")
+            return
+        for sink in self._sync:
+            try:
+                sink.write((record,))
+            except Exception:
+                self._write_failed(sink)
+        if self._async:
+            pending = self._pending
+            if len(pending) >= self._max_pending:
+                self._overflow(record)
+            else:
+                pending.append(record)
+                if len(pending) >= self._batch_size:
+                    self._wake.set()
+        if self._budgets:
+            self._check_budgets(record)
+
+    def record_call(
+        self,
+        provider: str,
+        model: str,
+        usage: UsageRecord,
+        *,
+        outcome: Outcome | None = None,
+        tenant: str | None = None,
+        site: str | None = None,
+        time: float | None = None,
+        batch: bool = False,
+    ) -> CallRecord:
+        """Price ``usage`` (see :func:`make_record`), record it and return the record."""
+        record = make_record(
+            self.prices,
+            provider,
+            model,
+            usage,
+            outcome=outcome,
+            tenant=tenant,
+            site=site,
+            time=time,
+            batch=batch,
+        )
+        self.record(record)
+        return record
+
+    def record_body(
+        self,
+        provider: str,
+        dialect: str,
+        model: str,
+        body: Mapping[str, Any],
+        *,
+        outcome: Outcome | None = None,
+        tenant: str | None = None,
+        site: str | None = None,
+        time: float | None = None,
+    ) -> CallRecord:
+        """Normalize the usage of a response ``body`` (see :func:`usage_of_body`) and record the call."""
+        usage = usage_of_body(provider, dialect, body)
+        return self.record_call(provider, model, usage, outcome=outcome, tenant=tenant, site=site, time=time)
+
+    def _overflow(self, record: CallRecord) -> None:
+        self._wake.set()
+        deadline = _time.monotonic() + self._overflow_timeout
+        while len(self._pending) >= self._max_pending and not self._stopping:
+            if _time.monotonic() >= deadline:
+                self._drop(record, "the write queue is full")
+                return
+            _time.sleep(0.001)
+        self._pending.append(record)
+
+    def _drop(self, record: CallRecord, why: str) -> None:
+        with self._stats_lock:
+            self.stats.dropped += 1
+            dropped = self.stats.dropped
+        if dropped == 1 or dropped % 1000 == 0:
+            logger.warning("cachekit.cost: ledger record dropped (%s); %d dropped so far", why, dropped)
+
+    def _write_failed(self, sink: LedgerSink) -> None:
+        with self._stats_lock:
+            self.stats.write_errors += 1
+        logger.warning("cachekit.cost: ledger sink %s failed to write", type(sink).__name__, exc_info=True)
+
+    def _check_budgets(self, record: CallRecord) -> None:
+        if record.cost is None:
+            return
+        alerts = []
+        with self._budget_lock:
+            for state in self._budgets:
+                if state.fired or not state.budget.matches(record):
+                    continue
+                state.spent += record.cost
+                if state.spent > state.budget.limit_usd:
+                    state.fired = True
+                    alerts.append(BudgetAlert(state.budget, state.spent, record))
+        for alert in alerts:
+            try:
+                alert.budget.callback(alert)
+            except Exception:
+                logger.warning("cachekit.cost: budget callback failed", exc_info=True)
+
+    # background writer
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait(self._flush_interval)
+            self._wake.clear()
+            self._drain()
+
+    def _drain(self) -> None:
+        with self._write_lock:
+            pending = self._pending
+            while pending:
+                batch: list[CallRecord] = []
+                try:
+                    while len(batch) < self._batch_size:
+                        batch.append(pending.popleft())
+                except IndexError:
+                    pass
+                for sink in self._async:
+                    try:
+                        sink.write(batch)
+                    except Exception:
+                        self._write_failed(sink)
+
+    def flush(self) -> None:
+        """Write every record recorded so far to every sink before returning."""
+        self._drain()
+
+    def close(self) -> None:
+        """Flush, stop the writer thread and close the sinks. Safe to call twice.
+
+        Records made after close (or by another thread while it runs) are dropped and counted.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._drain()
+        while self._pending:  # recorded by another thread after the final drain: too late
+            self._drop(self._pending.popleft(), "the ledger is closed")
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception:
+                logger.warning(
+                    "cachekit.cost: closing ledger sink %s failed", type(sink).__name__, exc_info=True
+                )
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # reading
+
+    def records(self, since: Since = None) -> list[CallRecord]:
+        """The recorded calls since ``since`` (epoch seconds, datetime, date, or a timedelta ago)."""
+        if not self._closed:
+            self.flush()
+        if not self.sinks:
+            return []
+        return self.sinks[0].read(_since_ts(since))
+
+    def totals(self, group_by: Sequence[str] = ("model",), since: Since = None) -> list[Totals]:
+        """Sums grouped by any of :data:`GROUP_FIELDS` (see :func:`aggregate`)."""
+        return aggregate(self.records(since), group_by)

@@ -1,0 +1,428 @@
+"""The dated price table: USD per million tokens per provider and model, from a data file.
+
+The bundled ``prices.json`` has one row per model: ``input``, ``cache_write_5m``, ``cache_write_1h``,
+``cache_read`` and ``output`` prices (``null`` where a model has no such tier), an optional
+``long_context`` block (above ``threshold_tokens`` of input, cache reads and writes included, every
+token bills at that block's prices), an optional ``batch_multiplier``, and the ``source`` URL and
+``checked`` date the figures come from. Prices change: override them with
+``PriceTable.load(overrides=path_or_rows)``, which merges field by field over the bundled rows (an
+override row for a model the table lacks must carry at least ``input`` and ``output``).
+
+Model names resolve in this order, per provider, case-insensitively:
+
+1. the exact model name of a row;
+2. one of the row's ``aliases`` (``claude-sonnet-4-0`` for ``claude-sonnet-4``);
+3. the name without a dated-snapshot suffix: ``-YYYYMMDD`` (``claude-sonnet-4-5-20250929`` →
+   ``claude-sonnet-4-5``), ``-YYYY-MM-DD`` (``gpt-4o-2024-08-06`` → ``gpt-4o``), ``-MMDD``
+   (``gpt-4-0613``) or ``-latest``, then steps 1 and 2 again.
+
+Nothing else is guessed: a model that does not resolve has no price, :meth:`PriceTable.price` returns
+``None`` figures (never 0) and logs one warning per model.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import math
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from cachekit.cost.usage import UsageRecord
+from cachekit.errors import ConfigError
+
+__all__ = ["Cost", "ModelPrice", "PriceTable", "PriceTableError", "Rates", "default_prices"]
+
+logger = logging.getLogger("cachekit.cost")
+
+_RATE_FIELDS = ("input", "cache_write_5m", "cache_write_1h", "cache_read", "output")
+_REQUIRED_RATES = ("input", "output")
+_ROW_FIELDS = frozenset(
+    {"provider", "model", "aliases", *_RATE_FIELDS}
+    | {"long_context", "batch_multiplier", "source", "checked", "note"}
+)
+_LONG_FIELDS = frozenset({"threshold_tokens", *_RATE_FIELDS})
+_SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2}|\d{4}|latest)$")
+
+
+class PriceTableError(ConfigError):
+    """A price file or override is malformed. The message names the row (index and model) and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """USD per million tokens for each kind of token; ``None`` where the model has no such tier."""
+
+    input: float
+    cache_write_5m: float | None
+    cache_write_1h: float | None
+    cache_read: float | None
+    output: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPrice:
+    """One row of the table: a model's rates, its long-context and batch rules, and where they come from."""
+
+    provider: str
+    model: str
+    rates: Rates
+    long_context: Rates | None = None
+    long_context_threshold: int | None = None
+    batch_multiplier: float | None = None
+    source: str | None = None
+    checked: str | None = None
+    aliases: tuple[str, ...] = ()
+    note: str | None = None
+
+    def rates_for(self, input_tokens: int) -> Rates:
+        """The rates that apply to a request with ``input_tokens`` of input (cache reads/writes included)."""
+        if (
+            self.long_context is not None
+            and self.long_context_threshold is not None
+            and input_tokens > self.long_context_threshold
+        ):
+            return self.long_context
+        return self.rates
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What one call cost, what it would have cost without any caching, and the difference (USD).
+
+    Each figure is ``None`` when it cannot be computed (unknown model, unknown usage, a token kind the
+    model has no price for); ``problem`` then says why. ``model`` is the price row that was used.
+    """
+
+    total_usd: float | None
+    no_cache_usd: float | None
+    saving_usd: float | None
+    model: str | None = None
+    long_context: bool = False
+    problem: str | None = None
+
+    @classmethod
+    def unknown(cls, problem: str, model: str | None = None) -> Cost:
+        """A cost that could not be computed, with the reason."""
+        return cls(None, None, None, model, False, problem)
+
+
+def _is_date(value: Any) -> bool:
+    if not isinstance(value, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        return False
+    try:
+        _dt.date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class _RowError(Exception):
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field_name = field_name
+
+
+def _rates(raw: Mapping[str, Any], prefix: str = "") -> Rates:
+    values: dict[str, float | None] = {}
+    for name in _RATE_FIELDS:
+        value = raw.get(name)
+        if value is None:
+            if name in _REQUIRED_RATES:
+                raise _RowError(prefix + name, "is required")
+            values[name] = None
+            continue
+        if not _number(value) or value < 0:
+            raise _RowError(prefix + name, f"must be a non-negative number (USD per MTok), got {value!r}")
+        values[name] = float(value)
+    return Rates(
+        input=values["input"] or 0.0,
+        cache_write_5m=values["cache_write_5m"],
+        cache_write_1h=values["cache_write_1h"],
+        cache_read=values["cache_read"],
+        output=values["output"] or 0.0,
+    )
+
+
+def _build_row(raw: Mapping[str, Any], *, strict: bool) -> ModelPrice:
+    """Validate one raw row; ``strict`` (the bundled file) also requires ``source`` and ``checked``."""
+    for key in raw:
+        if key not in _ROW_FIELDS:
+            raise _RowError(str(key), "is not a price-table field")
+    for key in ("provider", "model"):
+        value = raw.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise _RowError(key, f"must be a non-empty string, got {value!r}")
+    rates = _rates(raw)
+    long_rates: Rates | None = None
+    threshold: int | None = None
+    long_raw = raw.get("long_context")
+    if long_raw is not None:
+        if not isinstance(long_raw, Mapping):
+            raise _RowError("long_context", "must be an object with threshold_tokens and prices")
+        for key in long_raw:
+            if key not in _LONG_FIELDS:
+                raise _RowError(f"long_context.{key}", "is not a long-context field")
+        threshold = long_raw.get("threshold_tokens")
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold <= 0:
+            raise _RowError("long_context.threshold_tokens", f"must be a positive integer, got {threshold!r}")
+        long_rates = _rates(long_raw, "long_context.")
+    batch = raw.get("batch_multiplier")
+    if batch is not None and (not _number(batch) or not 0 < batch <= 1):
+        raise _RowError("batch_multiplier", f"must be a number in (0, 1], got {batch!r}")
+    source = raw.get("source")
+    if (source is not None or strict) and (
+        not isinstance(source, str) or not source.startswith(("https://", "http://"))
+    ):
+        raise _RowError("source", f"must be the http(s) URL the prices were read from, got {source!r}")
+    checked = raw.get("checked")
+    if (checked is not None or strict) and not _is_date(checked):
+        raise _RowError("checked", f"must be the date the prices were checked, YYYY-MM-DD, got {checked!r}")
+    aliases = raw.get("aliases", ())
+    if not isinstance(aliases, (list, tuple)) or not all(isinstance(a, str) and a.strip() for a in aliases):
+        raise _RowError("aliases", "must be a list of model names")
+    note = raw.get("note")
+    if note is not None and not isinstance(note, str):
+        raise _RowError("note", "must be a string")
+    return ModelPrice(
+        provider=raw["provider"].strip().lower(),
+        model=raw["model"].strip(),
+        rates=rates,
+        long_context=long_rates,
+        long_context_threshold=threshold,
+        batch_multiplier=float(batch) if batch is not None else None,
+        source=source,
+        checked=checked,
+        aliases=tuple(a.strip() for a in aliases),
+        note=note,
+    )
+
+
+def _row_label(index: int, raw: Any) -> str:
+    model = raw.get("model") if isinstance(raw, Mapping) else None
+    return f"row {index}" + (f" (model {model!r})" if isinstance(model, str) else "")
+
+
+def _raw_rows(data: Any, origin: str) -> list[Any]:
+    """The list of raw rows in a document: ``{"models": [...]}`` or a bare list."""
+    if isinstance(data, Mapping):
+        if "models" not in data:
+            raise PriceTableError(f"{origin}: no 'models' list")
+        data = data["models"]
+    if not isinstance(data, list):
+        raise PriceTableError(f"{origin}: 'models' must be a list of rows")
+    return data
+
+
+def _read_document(source: str | Path | Mapping[str, Any] | Sequence[Any]) -> tuple[list[Any], str]:
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        origin = str(path)
+        try:
+            text = path.read_bytes()
+        except OSError as exc:
+            raise PriceTableError(f"{origin}: cannot read the price file: {exc}") from exc
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise PriceTableError(
+                f"{origin}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+            ) from exc
+        return _raw_rows(data, origin), origin
+    return _raw_rows(source, "price overrides"), "price overrides"
+
+
+def _key(provider: str, model: str) -> tuple[str, str]:
+    return provider.strip().lower(), model.strip().lower()
+
+
+class PriceTable:
+    """Model prices with name resolution, long-context and batch rules; prices :class:`UsageRecord` s."""
+
+    def __init__(self, rows: Iterable[ModelPrice]) -> None:
+        self._rows: dict[tuple[str, str], ModelPrice] = {}
+        self._names: dict[tuple[str, str], ModelPrice] = {}
+        for row in rows:
+            key = _key(row.provider, row.model)
+            if key in self._rows:
+                raise PriceTableError(f"model {row.model!r} of {row.provider!r} appears twice")
+            self._rows[key] = row
+        for row in self._rows.values():
+            for name in (row.model, *row.aliases):
+                key = _key(row.provider, name)
+                other = self._names.get(key)
+                if other is not None and other is not row:
+                    raise PriceTableError(
+                        f"name {name!r} of {row.provider!r} names both {other.model!r} and {row.model!r}"
+                    )
+                self._names[key] = row
+        self._resolved: dict[tuple[str, str], ModelPrice | None] = {}
+        self._warned: set[tuple[str, ...]] = set()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path | None = None,
+        *,
+        overrides: str | Path | Mapping[str, Any] | Sequence[Any] | None = None,
+    ) -> PriceTable:
+        """Load a price file (the bundled one by default) and merge ``overrides`` (a file or rows) over it.
+
+        Raises :class:`PriceTableError` naming the row and field of the first malformed entry.
+        """
+        if path is None:
+            raw_rows = orjson.loads(resources.files("cachekit.cost").joinpath("prices.json").read_bytes())
+            base, origin = _raw_rows(raw_rows, "cachekit/cost/prices.json"), "cachekit/cost/prices.json"
+        else:
+            base, origin = _read_document(path)
+        merged: dict[tuple[str, str], dict[str, Any]] = {}
+        for index, raw in enumerate(base):
+            row = _validated(raw, index, origin, strict=True)
+            key = _key(row.provider, row.model)
+            if key in merged:
+                label = _row_label(index, raw)
+                raise PriceTableError(f"{origin}: {label}: field 'model' repeats an earlier row")
+            merged[key] = dict(raw)
+        if overrides is not None:
+            extra, extra_origin = _read_document(overrides)
+            for index, raw in enumerate(extra):
+                if not isinstance(raw, Mapping):
+                    raise PriceTableError(f"{extra_origin}: row {index}: must be an object")
+                provider, model = raw.get("provider"), raw.get("model")
+                if not isinstance(provider, str) or not isinstance(model, str):
+                    _validated(raw, index, extra_origin, strict=False)  # names the bad field
+                    continue
+                key = _key(provider, model)
+                combined = {**merged.get(key, {}), **raw}
+                _validated(combined, index, extra_origin, strict=False)
+                merged[key] = combined
+        return cls(_build_row(raw, strict=False) for raw in merged.values())
+
+    @property
+    def rows(self) -> tuple[ModelPrice, ...]:
+        """Every row of the table."""
+        return tuple(self._rows.values())
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[ModelPrice]:
+        return iter(self._rows.values())
+
+    def lookup(self, provider: str, model: str) -> ModelPrice | None:
+        """The row for ``model`` of ``provider`` (see the module docstring for the resolution order)."""
+        key = (provider, model)
+        try:
+            return self._resolved[key]
+        except KeyError:
+            pass
+        pkey = provider.strip().lower()
+        name = model.strip().lower()
+        row = self._names.get((pkey, name))
+        if row is None:
+            stripped = _SNAPSHOT.sub("", name)
+            if stripped != name:
+                row = self._names.get((pkey, stripped))
+        if len(self._resolved) < 4096:
+            self._resolved[key] = row
+        return row
+
+    def _warn_once(self, key: tuple[str, ...], message: str, *args: object) -> None:
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        logger.warning(message, *args)
+
+    def price(self, provider: str, model: str, usage: UsageRecord, *, batch: bool = False) -> Cost:
+        """Price one call's usage: its cost, its cost without caching, and the saving.
+
+        Without caching every input token (written, read or not) would have billed at the plain input
+        price of the same tier; output is the same either way. ``batch`` applies the model's batch
+        multiplier. Unknown model or unknown usage gives ``None`` figures, never 0.
+        """
+        row = self.lookup(provider, model)
+        if row is None:
+            self._warn_once(
+                ("model", provider, model),
+                "cachekit.cost: no price for model %r of %r; cost unknown",
+                model,
+                provider,
+            )
+            return Cost.unknown(f"no price for model {model!r} of {provider!r}")
+        if not usage.known:
+            return Cost.unknown("usage unknown: " + "; ".join(usage.problems), row.model)
+        uncached, read = usage.uncached_input, usage.cache_read
+        w5, w1 = usage.cache_write_5m, usage.cache_write_1h
+        if uncached is None or w5 is None or w1 is None or read is None or usage.output is None:
+            return Cost.unknown("usage incomplete", row.model)
+        input_total = uncached + w5 + w1 + read
+        rates = row.rates_for(input_total)
+        micro = usage.output * rates.output
+        if usage.uncached_input:
+            micro += usage.uncached_input * rates.input
+        for name, tokens, rate in (
+            ("cache_write_5m", usage.cache_write_5m, rates.cache_write_5m),
+            ("cache_write_1h", usage.cache_write_1h, rates.cache_write_1h),
+            ("cache_read", usage.cache_read, rates.cache_read),
+        ):
+            if not tokens:
+                continue
+            if rate is None:
+                self._warn_once(
+                    ("tier", row.provider, row.model, name),
+                    "cachekit.cost: model %r of %r has no %s price; cost unknown",
+                    row.model,
+                    row.provider,
+                    name,
+                )
+                return Cost.unknown(f"model {row.model!r} has no {name} price", row.model)
+            micro += tokens * rate
+        no_cache_micro = input_total * rates.input + usage.output * rates.output
+        if batch:
+            if row.batch_multiplier is None:
+                return Cost.unknown(f"model {row.model!r} has no batch price", row.model)
+            micro *= row.batch_multiplier
+            no_cache_micro *= row.batch_multiplier
+        total = micro / 1_000_000
+        no_cache = no_cache_micro / 1_000_000
+        return Cost(total, no_cache, no_cache - total, row.model, rates is not row.rates)
+
+
+def _validated(raw: Any, index: int, origin: str, *, strict: bool) -> ModelPrice:
+    if not isinstance(raw, Mapping):
+        raise PriceTableError(f"{origin}: row {index}: must be an object, got {type(raw).__name__}")
+    try:
+        return _build_row(raw, strict=strict)
+    except _RowError as exc:
+        raise PriceTableError(f"{origin}: {_row_label(index, raw)}: field {exc.field_name!r} {exc}") from None
+
+
+@dataclass
+class _Default:
+    table: PriceTable | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_DEFAULT = _Default()
+
+
+def default_prices() -> PriceTable:
+    """The bundled price table, loaded once per process."""
+    if _DEFAULT.table is None:
+        with _DEFAULT.lock:
+            if _DEFAULT.table is None:
+                _DEFAULT.table = PriceTable.load()
+    return _DEFAULT.table

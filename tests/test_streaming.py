@@ -1,0 +1,383 @@
+"""Streams through the cache: record, replay, cross-serve, never store a broken stream, single-flight.
+
+All through the real SDKs (sync and async via the ``harness`` fixture) over the in-process upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+
+import cachekit
+from cachekit import sse
+from cachekit.stores import MemoryStore
+from cachekit.testing import FakeUpstream
+from tests.conftest import SDK, Harness
+from tests.requests import anthropic_messages, openai_chat, openai_responses
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sse"
+
+
+def _drain(sdk: SDK, stream: Any) -> list[Any]:
+    if sdk.is_async:
+
+        async def collect() -> list[Any]:
+            return [event async for event in stream]
+
+        return sdk.run(collect())
+    return list(stream)
+
+
+# -- one request in each dialect, answered by the SDK's own stream accumulators ------------------
+
+
+def anthropic_final(sdk: SDK, body: dict[str, Any], stream: bool) -> Any:
+    if not stream:
+        return sdk.call("messages.create", **body)
+    manager = sdk.client.messages.stream(**body)
+    if sdk.is_async:
+
+        async def run() -> Any:
+            async with manager as s:
+                async for _ in s:
+                    pass
+                return await s.get_final_message()
+
+        return sdk.run(run())
+    with manager as s:
+        for _ in s:
+            pass
+        return s.get_final_message()
+
+
+def chat_final(sdk: SDK, body: dict[str, Any], stream: bool) -> Any:
+    if not stream:
+        return sdk.call("chat.completions.create", **body)
+    manager = sdk.client.chat.completions.stream(**body, stream_options={"include_usage": True})
+    if sdk.is_async:
+
+        async def run() -> Any:
+            async with manager as s:
+                async for _ in s:
+                    pass
+                return await s.get_final_completion()
+
+        return sdk.run(run())
+    with manager as s:
+        for _ in s:
+            pass
+        return s.get_final_completion()
+
+
+def responses_final(sdk: SDK, body: dict[str, Any], stream: bool) -> Any:
+    if not stream:
+        return sdk.call("responses.create", **body)
+    manager = sdk.client.responses.stream(**body)
+    if sdk.is_async:
+
+        async def run() -> Any:
+            async with manager as s:
+                async for _ in s:
+                    pass
+                return await s.get_final_response()
+
+        return sdk.run(run())
+    with manager as s:
+        for _ in s:
+            pass
+        return s.get_final_response()
+
+
+def _comparable(provider: str, result: Any) -> dict[str, Any]:
+    """The fields a replay must reproduce, as plain data."""
+    data = result.model_dump(exclude_none=True)
+    if provider == "chat":
+        # The parsed-completion helper adds `parsed` fields to the non-streamed form too; compare the
+        # wire fields: ids, choices (text, tool calls, finish reasons) and usage.
+        data = {k: data.get(k) for k in ("id", "model", "created", "usage")} | {
+            "choices": [
+                {
+                    "finish_reason": c.get("finish_reason"),
+                    "content": c["message"].get("content"),
+                    "tool_calls": [
+                        (t["id"], t["function"]["name"], orjson.loads(t["function"]["arguments"]))
+                        for t in c["message"].get("tool_calls") or []
+                    ],
+                }
+                for c in data["choices"]
+            ]
+        }
+    if provider == "responses":
+        data = {k: data.get(k) for k in ("id", "model", "status", "usage", "output")}
+    return data
+
+
+FINALS = {
+    "anthropic": ("anthropic", anthropic_messages, anthropic_final),
+    "chat": ("openai", openai_chat, chat_final),
+    "responses": ("openai", openai_responses, responses_final),
+}
+
+
+def _tool_request(kind: str) -> dict[str, Any]:
+    body = FINALS[kind][1]()
+    last = body["messages" if kind != "responses" else "input"]
+    last.append({"role": "user", "content": "And the weather in Rome?"})
+    return body
+
+
+@pytest.mark.parametrize("kind", list(FINALS))
+@pytest.mark.parametrize("variant", ["text", "tool_use"])
+@pytest.mark.parametrize(("first", "second"), [(True, True), (True, False), (False, True)])
+def test_stream_and_document_forms_share_one_entry(
+    harness: Harness, kind: str, variant: str, first: bool, second: bool
+) -> None:
+    provider, make, final = FINALS[kind]
+    body = make() if variant == "text" else _tool_request(kind)
+    if kind == "chat":
+        body.pop("stream_options", None)
+    sdk = harness.sdk(provider)
+    original = final(sdk, body, first)
+    replayed = final(sdk, body, second)
+    assert harness.upstream.calls == 1, "the second form was not served from the cache"
+    assert _comparable(kind, replayed) == _comparable(kind, original)
+    if variant == "tool_use" and kind == "anthropic":
+        assert original.stop_reason == "tool_use"
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("anthropic_*.sse")), ids=lambda p: p.stem)
+def test_recorded_anthropic_streams_cross_serve(harness: Harness, fixture: Path) -> None:
+    """Real provider event sequences (text, parallel tool use, thinking) recorded, then replayed in
+    both forms; the SDK sees the same message each time. (Lenient validation: the documented
+    examples omit fields the SDK's strict mode demands, such as a thinking block's empty signature.)"""
+    sdk = harness.sdk("anthropic", _strict_response_validation=False)
+    body = anthropic_messages()
+    harness.upstream.respond_next(200, fixture.read_bytes(), "text/event-stream; charset=utf-8")
+    original = anthropic_final(sdk, body, True)
+    as_stream = anthropic_final(sdk, body, True)
+    as_document = anthropic_final(sdk, body, False)
+    assert harness.upstream.calls == 1
+    assert as_stream == original
+    assert as_document.model_dump() == original.model_dump()
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("chat_*.sse")), ids=lambda p: p.stem)
+def test_recorded_chat_streams_cross_serve(harness: Harness, fixture: Path) -> None:
+    sdk = harness.sdk("openai", _strict_response_validation=False)
+    body = openai_chat()
+    harness.upstream.respond_next(200, fixture.read_bytes(), "text/event-stream; charset=utf-8")
+    original = chat_final(sdk, body, True)
+    as_document = chat_final(sdk, body, False)
+    as_stream = chat_final(sdk, body, True)
+    assert harness.upstream.calls == 1
+    assert _comparable("chat", as_document) == _comparable("chat", original)
+    assert _comparable("chat", as_stream) == _comparable("chat", original)
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("responses_*.sse")), ids=lambda p: p.stem)
+def test_recorded_responses_streams_cross_serve(harness: Harness, fixture: Path) -> None:
+    sdk = harness.sdk("openai", _strict_response_validation=False)
+    body = openai_responses()
+    harness.upstream.respond_next(200, fixture.read_bytes(), "text/event-stream; charset=utf-8")
+    original = responses_final(sdk, body, True)
+    as_document = responses_final(sdk, body, False)
+    assert harness.upstream.calls == 1
+    assert _comparable("responses", as_document) == _comparable("responses", original)
+
+
+@pytest.mark.parametrize("kind", list(FINALS))
+@pytest.mark.parametrize("after", [0, 1, 2, 4, 7])
+@pytest.mark.parametrize("how", ["error", "disconnect"])
+def test_cut_or_errored_streams_are_never_stored(harness: Harness, kind: str, after: int, how: str) -> None:
+    provider, make, final = FINALS[kind]
+    sdk = harness.sdk(provider)
+    harness.upstream.break_next_stream(after=after, how=how)  # type: ignore[arg-type]
+    with pytest.raises(Exception):  # noqa: B017 - each SDK raises its own error type for a broken stream
+        final(sdk, make(), True)
+    assert harness.store.written == {}
+    final(sdk, make(), True)  # goes upstream again, completes, and is stored
+    assert harness.upstream.calls == 2
+    assert len(harness.store.written) == 1
+
+
+@pytest.mark.parametrize("kind", list(FINALS))
+def test_a_consumer_that_stops_early_stores_nothing(harness: Harness, kind: str) -> None:
+    provider, make, _ = FINALS[kind]
+    sdk = harness.sdk(provider)
+    method = {
+        "anthropic": "messages.create",
+        "chat": "chat.completions.create",
+        "responses": "responses.create",
+    }
+    stream = sdk.call(method[kind], **make(), stream=True)
+    if sdk.is_async:
+
+        async def first_then_close() -> None:
+            async for _ in stream:
+                break
+            await stream.close()
+
+        sdk.run(first_then_close())
+    else:
+        for _ in stream:
+            break
+        stream.close()
+    assert harness.store.written == {}
+    sdk.call(method[kind], **make())
+    assert harness.upstream.calls == 2
+
+
+def test_malformed_sse_reaches_the_caller_as_sent_and_is_not_stored() -> None:
+    upstream = FakeUpstream()
+    store = MemoryStore()
+    garbage = b'event: message_start\ndata: {"type": "message_start", "message": {oops\n\n'
+    garbage += b"event: message_stop\n"
+    upstream.respond_next(200, garbage, "text/event-stream")
+    with httpx2.Client(transport=cachekit.CachingTransport(upstream, cache=store)) as client:
+        body = {**anthropic_messages(), "stream": True}
+        with client.stream("POST", "https://api.anthropic.com/v1/messages", json=body) as response:
+            received = response.read()
+    assert received == garbage
+    assert len(store) == 0
+
+
+def test_streamed_miss_passes_chunks_through_as_they_arrive() -> None:
+    """The recorder adds no buffering: the first chunk reaches the caller before the upstream has
+    produced the last one."""
+    upstream = FakeUpstream(chunk_delay=0.05)
+    with httpx2.Client(transport=cachekit.CachingTransport(upstream, cache=MemoryStore())) as client:
+        body = {**openai_chat(), "stream": True}
+        with client.stream("POST", "https://api.openai.com/v1/chat/completions", json=body) as response:
+            import time
+
+            start = time.perf_counter()
+            chunks = response.iter_raw()
+            next(chunks)
+            first = time.perf_counter() - start
+            for _ in chunks:
+                pass
+            total = time.perf_counter() - start
+    assert first < total / 2
+
+
+# -- single-flight ----------------------------------------------------------------------------
+
+
+def _threads(n: int, fn: Any) -> list[Any]:
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = fn()
+        except BaseException as exc:  # collected and re-raised by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[:3]
+    return results
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_fifty_threads_make_one_upstream_call(stream: bool) -> None:
+    upstream = FakeUpstream(latency=0.3)
+    client = cachekit.Anthropic(api_key="k", http_client=httpx2.Client(transport=upstream), cache="memory://")
+
+    def ask() -> Any:
+        if stream:
+            with client.messages.stream(**anthropic_messages()) as s:
+                return s.get_final_message()
+        return client.messages.create(**anthropic_messages())
+
+    results = _threads(50, ask)
+    assert upstream.calls == 1
+    assert all(r == results[0] for r in results)
+    assert cachekit.cache_of(client).stats.coalesced >= 1
+    client.close()
+
+
+def test_fifty_tasks_make_one_upstream_call() -> None:
+    upstream = FakeUpstream(latency=0.3)
+
+    async def main() -> list[Any]:
+        client = cachekit.AsyncOpenAI(
+            api_key="k", http_client=httpx2.AsyncClient(transport=upstream), cache="memory://"
+        )
+        try:
+            return await asyncio.gather(*(client.chat.completions.create(**openai_chat()) for _ in range(50)))
+        finally:
+            await client.close()
+
+    results = asyncio.run(main())
+    assert upstream.calls == 1
+    assert all(r == results[0] for r in results)
+
+
+def test_a_failing_leader_does_not_fail_its_waiters() -> None:
+    upstream = FakeUpstream(latency=0.3)
+    upstream.fail_next(500, headers={"x-should-retry": "false"})
+    client = cachekit.OpenAI(
+        api_key="k", http_client=httpx2.Client(transport=upstream), cache="memory://", max_retries=0
+    )
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def ask() -> Any:
+        try:
+            result = client.chat.completions.create(**openai_chat())
+        except Exception as exc:
+            with lock:
+                outcomes.append(type(exc).__name__)
+            return None
+        with lock:
+            outcomes.append("ok")
+        return result
+
+    _threads(20, ask)
+    assert outcomes.count("ok") == 19  # only the leader saw its own failure
+    assert outcomes.count("InternalServerError") == 1
+    client.close()
+
+
+def test_async_waiters_survive_a_failing_leader() -> None:
+    upstream = FakeUpstream(latency=0.2)
+    upstream.fail_next(500, headers={"x-should-retry": "false"})
+
+    async def main() -> list[Any]:
+        client = cachekit.AsyncAnthropic(
+            api_key="k", http_client=httpx2.AsyncClient(transport=upstream), cache="memory://", max_retries=0
+        )
+        try:
+            return await asyncio.gather(
+                *(client.messages.create(**anthropic_messages()) for _ in range(10)), return_exceptions=True
+            )
+        finally:
+            await client.close()
+
+    results = asyncio.run(main())
+    failures = [r for r in results if isinstance(r, BaseException)]
+    assert len(failures) == 1
+    assert len({r.id for r in results if not isinstance(r, BaseException)}) >= 1
+
+
+def test_sse_module_is_importable_for_fixtures() -> None:
+    # Every fixture is a complete stream by the recorder's rules.
+    for path in FIXTURES.glob("*.sse"):
+        dialect = {"anthropic": "anthropic_messages", "chat": "openai_chat", "responses": "openai_responses"}[
+            path.stem.split("_")[0]
+        ]
+        recorder = sse.StreamRecorder(dialect)  # type: ignore[arg-type]
+        recorder.feed(path.read_bytes())
+        assert recorder.complete() is not None, path.name
