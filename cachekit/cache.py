@@ -8,9 +8,11 @@ connection.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import TypeAlias
 
 from cachekit.config import CacheConfig, cachekit_home
+from cachekit.cost.ledger import Ledger, SQLiteSink, default_ledger_path
 from cachekit.errors import ConfigError
 from cachekit.pipeline import Pipeline, PipelineStats
 from cachekit.stores.base import AsyncStore, Store
@@ -47,7 +49,8 @@ class Cache:
         # Decided once here: a runtime Protocol check costs microseconds, too much for every request.
         self.async_store: AsyncStore | None = self.store if isinstance(self.store, AsyncStore) else None
         self.sync_store: Store | None = self.store if isinstance(self.store, Store) else None
-        self.pipeline = Pipeline(self.config, secret=self.store.secret)
+        self.ledger = _ledger_for(self.config.ledger)
+        self.pipeline = Pipeline(self.config, secret=self.store.secret, ledger=self.ledger)
         self._closed = False
         self._lock = threading.Lock()
 
@@ -75,6 +78,25 @@ class Cache:
             await self.async_store.aclose()
         else:
             self.close()
+
+
+_default_ledgers: dict[Path, Ledger] = {}
+_default_ledgers_lock = threading.Lock()
+
+
+def _ledger_for(setting: Ledger | bool) -> Ledger | None:
+    """The ledger a config asks for. ``True`` shares one default ledger per file across the process,
+    so many clients write through one background writer."""
+    if setting is False:
+        return None
+    if setting is True:
+        path = default_ledger_path()
+        with _default_ledgers_lock:
+            ledger = _default_ledgers.get(path)
+            if ledger is None:
+                ledger = _default_ledgers[path] = Ledger([SQLiteSink(path)])
+        return ledger
+    return setting
 
 
 #: Everything a ``cache=`` argument accepts.

@@ -2,6 +2,7 @@
 
 ``cachekit demo`` shows the exact response cache answering repeated requests offline, through the real
 ``anthropic`` SDK, against an in-process stand-in for the provider (no network, no API key).
+``cachekit report`` prints what calls cost, with and without caching, from the cost ledger.
 """
 
 from __future__ import annotations
@@ -108,6 +109,22 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace, out: TextIO) -> int:
+    from cachekit.cost.report import render_report
+
+    try:
+        text = render_report(
+            args.ledger, by=args.by, since=args.since, as_json=args.json, plot_path=args.plot
+        )
+    except (ValueError, FileNotFoundError) as exc:
+        out.write(f"cachekit report: {exc}\n")
+        return 2
+    out.write(text if text.endswith("\n") else text + "\n")
+    if args.plot:
+        out.write(f"wrote {args.plot}\n")
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cachekit", description="Caching middleware for hosted LLM APIs.")
     parser.add_argument("--version", action="version", version=f"cachekit {__version__}")
@@ -120,6 +137,19 @@ def _build_parser() -> argparse.ArgumentParser:
         help="seconds the stand-in upstream takes per call (default 0.3)",
     )
     demo.set_defaults(run=_demo)
+    report = commands.add_parser("report", help="cost with and without caching, from the cost ledger")
+    report.add_argument("--since", help="only calls since then: 7d, 12h, 30m, or an ISO date")
+    report.add_argument(
+        "--by",
+        default="model",
+        help="group by model, tenant, site, day, provider or outcome (comma-separated)",
+    )
+    report.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    report.add_argument("--plot", metavar="PNG", help="also write a chart of cost with and without caching")
+    report.add_argument(
+        "--ledger", metavar="PATH", help="a ledger file (default: $CACHEKIT_HOME/ledger.sqlite3)"
+    )
+    report.set_defaults(run=_report)
     return parser
 
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from cachekit._types import ToolOrder
 from cachekit.errors import ConfigError
 from cachekit.stores.base import AsyncStore, Store
+
+if TYPE_CHECKING:
+    from cachekit.cost.ledger import Ledger
 
 __all__ = ["DEFAULT_TTL", "CacheConfig", "Mode", "cachekit_home"]
 
@@ -50,6 +53,9 @@ class CacheConfig:
         tool_order: ``keep`` the caller's tool order, or ``sort`` tools by name.
         normalize_whitespace: opt-in CRLF → LF and trailing-whitespace stripping in prose.
         ignore_fields: top-level body fields left out of the key (opt-out; e.g. ``metadata``).
+        ledger: record every call's usage and cost: ``True`` (default) for the process's default ledger
+            (SQLite at ``$CACHEKIT_HOME/ledger.sqlite3``, written off the request path), a
+            :class:`cachekit.cost.Ledger` of your own, or ``False`` for none.
         coalesce_timeout: seconds a request waits for an identical one already upstream (single-flight)
             before going upstream itself; long, since a leader may be streaming a long answer.
     """
@@ -64,6 +70,7 @@ class CacheConfig:
     normalize_whitespace: bool = False
     ignore_fields: frozenset[str] = field(default_factory=frozenset)
     coalesce_timeout: float = 300.0
+    ledger: Ledger | bool = True
 
     def __post_init__(self) -> None:
         if self.ttl is not None and not self.ttl > 0:

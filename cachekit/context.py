@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
+from typing import cast
 
 from cachekit.config import MODES, Mode
 from cachekit.errors import ConfigError
@@ -36,6 +37,7 @@ class CallPolicy:
     namespace: str | None = None
     ttl: float | _Unset | None = UNSET
     mode: Mode | None = None
+    site: str | None = None
 
     def merged(self, inner: CallPolicy) -> CallPolicy:
         """The policy in force when ``inner`` is entered inside ``self``: inner's set fields win."""
@@ -45,6 +47,7 @@ class CallPolicy:
             namespace=inner.namespace if inner.namespace is not None else self.namespace,
             ttl=self.ttl if isinstance(inner.ttl, _Unset) else inner.ttl,
             mode=inner.mode if inner.mode is not None else self.mode,
+            site=inner.site if inner.site is not None else self.site,
         )
 
 
@@ -58,7 +61,13 @@ def current_policy() -> CallPolicy:
 
 
 def make_policy(
-    *, tenant: str | None, namespace: str | None, ttl: float | _Unset | None, bypass: bool, mode: str | None
+    *,
+    tenant: str | None,
+    namespace: str | None,
+    ttl: float | _Unset | None,
+    bypass: bool,
+    mode: str | None,
+    site: str | None = None,
 ) -> CallPolicy:
     """Validate decorator arguments into a :class:`CallPolicy`."""
     if bypass and mode not in (None, "bypass"):
@@ -68,7 +77,8 @@ def make_policy(
         raise ConfigError(f"mode must be one of {sorted(MODES)}, not {chosen!r}")
     if not isinstance(ttl, _Unset) and ttl is not None and not ttl > 0:
         raise ConfigError(f"ttl must be a positive number of seconds or None, not {ttl!r}")
-    return CallPolicy(tenant=tenant, namespace=namespace, ttl=ttl, mode=chosen)  # type: ignore[arg-type]
+    checked = cast("Mode | None", chosen)  # validated against MODES above
+    return CallPolicy(tenant=tenant, namespace=namespace, ttl=ttl, mode=checked, site=site)
 
 
 @contextmanager
@@ -79,11 +89,13 @@ def policy(
     ttl: float | _Unset | None = UNSET,
     bypass: bool = False,
     mode: str | None = None,
+    site: str | None = None,
 ) -> Iterator[CallPolicy]:
     """Apply a cache policy to every LLM call made inside the ``with`` block (threads and tasks
-    started inside inherit it through :mod:`contextvars`)."""
+    started inside inherit it through :mod:`contextvars`). ``site`` labels the calls in the cost
+    ledger."""
     entered = _current.get().merged(
-        make_policy(tenant=tenant, namespace=namespace, ttl=ttl, bypass=bypass, mode=mode)
+        make_policy(tenant=tenant, namespace=namespace, ttl=ttl, bypass=bypass, mode=mode, site=site)
     )
     token = _current.set(entered)
     try:

@@ -130,6 +130,7 @@ def cached(
     mode: str | None = None,
     memoize: bool = False,
     cache: CacheLike = None,
+    site: str | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -144,6 +145,7 @@ def cached(
     mode: str | None = None,
     memoize: bool = False,
     cache: CacheLike = None,
+    site: str | None = None,
 ) -> F | Callable[[F], F]:
     """Set the cache policy for the LLM calls made inside the decorated function.
 
@@ -155,12 +157,17 @@ def cached(
         mode: ``bypass``, ``refresh`` or ``only-if-cached`` for every call inside.
         memoize: also cache the function's own result (JSON values only), keyed by its arguments.
         cache: where memoized results go (same forms as the clients' ``cache=``).
+        site: the call-site label of these calls in the cost ledger (default: the function's
+            qualified name).
 
     Works on sync and async functions; nested decorators combine (the inner one's settings win).
     """
-    policy = make_policy(tenant=tenant, namespace=namespace, ttl=ttl, bypass=bypass, mode=mode)
 
     def decorate(fn: F) -> F:
+        label = site if site is not None else f"{fn.__module__}.{fn.__qualname__}"
+        policy = make_policy(
+            tenant=tenant, namespace=namespace, ttl=ttl, bypass=bypass, mode=mode, site=label
+        )
         memo = _Memo(fn, cache, policy) if memoize else None
 
         def enter() -> tuple[CallPolicy, Any]:
@@ -212,6 +219,8 @@ def cached(
 
         return cast(F, wrapper)
 
+    # Validate now, so a bad argument fails at decoration time rather than at the first call.
+    make_policy(tenant=tenant, namespace=namespace, ttl=ttl, bypass=bypass, mode=mode)
     if func is not None:
         return decorate(func)
     return decorate

@@ -35,6 +35,7 @@ from cachekit._http import Request, Response, build_response, library_of, rebuil
 from cachekit._types import CacheOutcome, Dialect
 from cachekit.config import MODES, CacheConfig, Mode
 from cachekit.context import UNSET, CallPolicy, current_policy
+from cachekit.cost.ledger import Ledger, Outcome
 from cachekit.errors import CorruptEntryError
 from cachekit.flights import Flight, Flights
 from cachekit.keys import exact_key, partition_for
@@ -158,6 +159,18 @@ class _Control:
     ttl: float | None
     tenant: str | None
     namespace: str
+    site: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One cacheable request, as the steps after routing see it."""
+
+    key: str
+    route: Route
+    form: _Form
+    control: _Control
+    model: str
 
 
 class _BadControl(ValueError):
@@ -178,7 +191,7 @@ def _read_control(headers: dict[str, str], config: CacheConfig, context: CallPol
             raise _BadControl(f"x-cachekit-ttl must be a positive number of seconds, not {raw_ttl!r}")
     tenant = headers.get(CONTROL_PREFIX + "-tenant") or context.tenant or config.tenant
     namespace = headers.get(CONTROL_PREFIX + "-namespace") or context.namespace or config.namespace
-    return _Control(mode, ttl, tenant, namespace)  # type: ignore[arg-type]  # mode checked above
+    return _Control(mode, ttl, tenant, namespace, context.site)  # type: ignore[arg-type]  # mode checked above
 
 
 def _strip_control_headers(request: Request, headers: dict[str, str]) -> None:
@@ -270,8 +283,10 @@ class Pipeline:
         *,
         secret: bytes,
         clock: Callable[[], float] = time.time,
+        ledger: Ledger | None = None,
     ) -> None:
         self.config = config
+        self._ledger = ledger
         self._secret = secret
         self._clock = clock
         self._options = canonical.CanonicalOptions(
@@ -315,25 +330,24 @@ class Pipeline:
         key = self._key(
             request=request, headers=headers, route=route, control=control, body=body, body_bytes=body_bytes
         )
+        model = body.get("model")
+        call = _Call(key, route, form, control, model if isinstance(model, str) else "")
         flight: Flight | None = None
         if control.mode != "refresh":
-            served, flight = yield from self._find(
-                key, route, form, coalesce=control.mode != "only-if-cached"
-            )
+            served, flight = yield from self._find(call, coalesce=control.mode != "only-if-cached")
             if served is not None:
                 return self._replay(request, served, key)
             if control.mode == "only-if-cached":
                 self.stats.add("misses")
                 message = "cachekit: not in cache (x-cachekit: only-if-cached)"
                 return self._synthetic(request, route.dialect, 504, "api_error", message)
-        return (
-            yield from self._fetch(request, key=key, route=route, form=form, ttl=control.ttl, flight=flight)
-        )
+        return (yield from self._fetch(request, call, flight))
 
     def _find(
-        self, key: str, route: Route, form: _Form, *, coalesce: bool
+        self, call: _Call, *, coalesce: bool
     ) -> Generator[Effect, Any, tuple[record.CachedResponse | None, Flight | None]]:
         """The stored answer, or ``None`` and the flight this request now leads (single-flight)."""
+        key, route, form = call.key, call.route, call.form
         flight: Flight | None = None
         served, failed = yield from self._lookup(key, route.dialect, form)
         if served is None and coalesce and not failed:
@@ -351,20 +365,13 @@ class Pipeline:
                 self._flights.land(key, flight)
             self.stats.add("hits")
             logger.debug("hit provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
+            self._account(call, served, "exact_hit")
             return served, None
         return None, flight
 
-    def _fetch(
-        self,
-        request: Request,
-        *,
-        key: str,
-        route: Route,
-        form: _Form,
-        ttl: float | None,
-        flight: Flight | None,
-    ) -> Exchange:
+    def _fetch(self, request: Request, call: _Call, flight: Flight | None) -> Exchange:
         """A miss: go upstream, store a complete 2xx answer, land the flight (if this request leads one)."""
+        key, route, ttl = call.key, call.route, call.control.ttl
         handed_off = False
         try:
             self.stats.add("misses")
@@ -373,14 +380,14 @@ class Pipeline:
             if not 200 <= response.status_code < 300:
                 # Errors (429, 5xx, 4xx) are never stored; the SDK sees them untouched and retries.
                 return self._tag(response, "miss", key)
-            if form.streaming and _is_event_stream(content_type):
+            if call.form.streaming and _is_event_stream(content_type):
                 # The caller reads the stream as it arrives; the recorder keeps a copy and the entry is
                 # stored only if the stream reaches its terminator with no error event.
                 status, kept = response.status_code, _kept_headers(response)
                 yield Tee(
                     response,
                     sse.StreamRecorder(route.dialect),
-                    on_end=lambda raw: self._stream_entry(key, status, kept, raw, ttl),
+                    on_end=lambda raw: self._stream_entry(call, status, kept, raw),
                     release=(lambda: self._flights.land(key, flight)) if flight is not None else _nothing,
                     failed=lambda exc: self._store_failed("store", exc),
                 )
@@ -400,6 +407,7 @@ class Pipeline:
                 self.stats.add("stores")
             except Exception as exc:  # a failing store must never fail the user's call
                 self._store_failed("store", exc)
+            self._account(call, stored, None)
             logger.debug("miss provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
             return self._replay(request, stored, key, outcome="miss")
         finally:
@@ -409,21 +417,43 @@ class Pipeline:
                 self._flights.land(key, flight)
 
     def _stream_entry(
-        self,
-        key: str,
-        status: int,
-        headers: tuple[tuple[str, str], ...],
-        raw: bytes | None,
-        ttl: float | None,
+        self, call: _Call, status: int, headers: tuple[tuple[str, str], ...], raw: bytes | None
     ) -> Save | None:
         """The store write for a finished stream, or ``None`` when it must not be stored."""
         if raw is None:
             self.stats.add("incomplete_streams")
-            logger.debug("stream for key=%s ended incomplete or with an error; not stored", key[-16:])
+            logger.debug("stream for key=%s ended incomplete or with an error; not stored", call.key[-16:])
             return None
         self.stats.add("stores")
         entry = record.CachedResponse(status, headers, raw, self._clock(), form="sse")
-        return Save(key, record.encode(entry), ttl)
+        self._account(call, entry, None)
+        return Save(call.key, record.encode(entry), call.control.ttl)
+
+    def _account(self, call: _Call, answer: record.CachedResponse, outcome: Outcome | None) -> None:
+        """Record the call's usage and cost in the ledger (a hit records the cost it avoided).
+
+        Streams are accounted from their assembled body, so a streamed and a non-streamed call of
+        the same request produce the same record. Never fails the call.
+        """
+        if self._ledger is None:
+            return
+        try:
+            if answer.form == "sse":
+                body: Any = sse.assemble(call.route.dialect, answer.body)
+            else:
+                body = orjson.loads(answer.body)
+            model = body.get("model") if isinstance(body, dict) else None
+            self._ledger.record_body(
+                call.route.provider,
+                call.route.dialect,
+                model if isinstance(model, str) and model else call.model,
+                body if isinstance(body, dict) else {},
+                outcome=outcome,
+                tenant=call.control.tenant,
+                site=call.control.site,
+            )
+        except Exception as exc:
+            logger.warning("cost ledger failed to record a call: %s: %s", type(exc).__name__, exc)
 
     # -- steps --------------------------------------------------------------------------------------
 

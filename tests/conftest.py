@@ -98,6 +98,23 @@ class Harness:
             self._loop.close()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Everything cachekit keeps on disk by default (SQLite cache, cost ledger) goes to a temporary
+    home for the whole session, never to the developer's ~/.cache/cachekit."""
+    import os
+
+    home = tmp_path_factory.mktemp("cachekit-home")
+    old = os.environ.get("CACHEKIT_HOME")
+    os.environ["CACHEKIT_HOME"] = str(home)
+    os.environ.pop("CACHEKIT_CACHE_URL", None)
+    yield
+    if old is None:
+        os.environ.pop("CACHEKIT_HOME", None)
+    else:
+        os.environ["CACHEKIT_HOME"] = old
+
+
 @pytest.fixture(params=["sync", "async"])
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     h = Harness(request.param)
