@@ -44,7 +44,8 @@ def test_streamed_and_plain_calls_make_the_same_record() -> None:
         s.get_final_message()
     first, second = sink.read()
     assert first.usage.known
-    assert first.cost is not None and first.cost > 0
+    assert first.cost is not None
+    assert first.cost > 0
     assert _fields(first) == _fields(second)
 
     sink2 = MemorySink()
