@@ -37,61 +37,49 @@ def _drain(sdk: SDK, stream: Any) -> list[Any]:
 # -- one request in each dialect, answered by the SDK's own stream accumulators ------------------
 
 
-def anthropic_final(sdk: SDK, body: dict[str, Any], stream: bool) -> Any:
+# kind -> (the SDK's create method, how to open its stream helper, the helper's final-result getter)
+STREAM_HELPERS: dict[str, tuple[str, Any, str]] = {
+    "anthropic": ("messages.create", lambda c, body: c.messages.stream(**body), "get_final_message"),
+    "chat": (
+        "chat.completions.create",
+        lambda c, body: c.chat.completions.stream(**body, stream_options={"include_usage": True}),
+        "get_final_completion",
+    ),
+    "responses": ("responses.create", lambda c, body: c.responses.stream(**body), "get_final_response"),
+}
+
+
+def final(kind: str, sdk: SDK, body: dict[str, Any], stream: bool) -> Any:
+    """The SDK's final result for ``body``: from ``create`` or from its stream helper, read to the end."""
+    create, open_stream, getter = STREAM_HELPERS[kind]
     if not stream:
-        return sdk.call("messages.create", **body)
-    manager = sdk.client.messages.stream(**body)
+        return sdk.call(create, **body)
+    manager = open_stream(sdk.client, body)
     if sdk.is_async:
 
         async def run() -> Any:
             async with manager as s:
                 async for _ in s:
                     pass
-                return await s.get_final_message()
+                return await getattr(s, getter)()
 
         return sdk.run(run())
     with manager as s:
         for _ in s:
             pass
-        return s.get_final_message()
+        return getattr(s, getter)()
+
+
+def anthropic_final(sdk: SDK, body: dict[str, Any], stream: bool) -> Any:
+    return final("anthropic", sdk, body, stream)
 
 
 def chat_final(sdk: SDK, body: dict[str, Any], stream: bool) -> Any:
-    if not stream:
-        return sdk.call("chat.completions.create", **body)
-    manager = sdk.client.chat.completions.stream(**body, stream_options={"include_usage": True})
-    if sdk.is_async:
-
-        async def run() -> Any:
-            async with manager as s:
-                async for _ in s:
-                    pass
-                return await s.get_final_completion()
-
-        return sdk.run(run())
-    with manager as s:
-        for _ in s:
-            pass
-        return s.get_final_completion()
+    return final("chat", sdk, body, stream)
 
 
 def responses_final(sdk: SDK, body: dict[str, Any], stream: bool) -> Any:
-    if not stream:
-        return sdk.call("responses.create", **body)
-    manager = sdk.client.responses.stream(**body)
-    if sdk.is_async:
-
-        async def run() -> Any:
-            async with manager as s:
-                async for _ in s:
-                    pass
-                return await s.get_final_response()
-
-        return sdk.run(run())
-    with manager as s:
-        for _ in s:
-            pass
-        return s.get_final_response()
+    return final("responses", sdk, body, stream)
 
 
 def _comparable(provider: str, result: Any) -> dict[str, Any]:
