@@ -6,6 +6,8 @@
     prices.py   prices.json (per provider and model, with source URL and date) -> Cost of a UsageRecord
     ledger.py   CallRecord per call -> sinks (memory, SQLite under $CACHEKIT_HOME, JSONL), totals, budgets
     report.py   terminal table (rich), JSON, and a PNG of cost with and without caching
+    metrics.py  PrometheusSink: counters of tokens, cost and calls by outcome (extra: metrics)
+    otel.py     OpenTelemetrySink: GenAI semantic-convention attributes on the current span (extra: otel)
 
 Typical use from the request pipeline::
 
@@ -36,13 +38,17 @@ from cachekit.cost.ledger import (
     make_record,
     outcome_for_usage,
 )
+from cachekit.cost.metrics import PROMETHEUS_LABELS, PrometheusSink
+from cachekit.cost.otel import GENAI_PROVIDER_NAMES, OpenTelemetrySink, span_attributes
 from cachekit.cost.prices import Cost, ModelPrice, PriceTable, PriceTableError, Rates, default_prices
 from cachekit.cost.report import parse_since, plot, render_report
 from cachekit.cost.usage import TOKEN_FIELDS, UsageRecord, normalize, usage_of_body
 
 __all__ = [
+    "GENAI_PROVIDER_NAMES",
     "GROUP_FIELDS",
     "OUTCOMES",
+    "PROMETHEUS_LABELS",
     "TOKEN_FIELDS",
     "Budget",
     "BudgetAlert",
@@ -54,9 +60,11 @@ __all__ = [
     "LedgerStats",
     "MemorySink",
     "ModelPrice",
+    "OpenTelemetrySink",
     "Outcome",
     "PriceTable",
     "PriceTableError",
+    "PrometheusSink",
     "Rates",
     "SQLiteSink",
     "Totals",
@@ -70,5 +78,6 @@ __all__ = [
     "parse_since",
     "plot",
     "render_report",
+    "span_attributes",
     "usage_of_body",
 ]
