@@ -19,7 +19,7 @@ from cachekit._types import PartitionId
 __all__ = ["KEY_SCHEMA", "digest_fields", "exact_key", "partition_for"]
 
 #: Bumped whenever what goes into a key changes; old entries then simply stop matching.
-KEY_SCHEMA = 1
+KEY_SCHEMA = 2
 
 _EXACT_DOMAIN = b"cachekit/exact/v%d" % KEY_SCHEMA
 
@@ -68,12 +68,14 @@ def exact_key(
     path: str,
     query: bytes,
     headers: Iterable[tuple[str, str]],
-    body: bytes,
+    body_digest: bytes,
 ) -> str:
     """The store key of an exact-match entry.
 
-    The readable prefix (schema, namespace) lets operators purge a namespace; everything that changes
-    the answer is inside the digest.
+    ``body_digest`` is the SHA-256 of the canonical body (without the fields that only choose the
+    answer's form): hashing a fixed-size digest instead of the body lets a pipeline remember it per
+    request and skip re-parsing bodies it has seen. The readable prefix (schema, namespace) lets
+    operators purge a namespace; everything that changes the answer is inside the digest.
     """
     header_bytes = b"\n".join(f"{name}:{value}".encode() for name, value in headers)
     digest = digest_fields(
@@ -85,7 +87,7 @@ def exact_key(
             path.encode(),
             query,
             header_bytes,
-            body,
+            body_digest,
         ),
         domain=_EXACT_DOMAIN,
     )

@@ -21,12 +21,14 @@ A driver throws an effect's exception back into the generator; cache-path failur
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -162,6 +164,38 @@ class _Control:
     site: str | None
 
 
+def _json_content(request: Request, headers: dict[str, str]) -> bytes | None:
+    """The request's JSON body bytes, or ``None`` (not JSON, or a streaming upload we must not read)."""
+    if not _is_json(headers.get("content-type")):
+        return None
+    try:
+        content: bytes = request.content
+    except Exception:  # a streaming request body (upload) cannot be read without consuming it
+        return None
+    return content
+
+
+def _parse_object(content: bytes) -> dict[str, Any] | None:
+    try:
+        body = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+#: How many request digests a pipeline remembers (a few hundred bytes each).
+_SEEN_SIZE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What the key needs from a request body, remembered by the digest of its raw bytes."""
+
+    digest: bytes  # SHA-256 of the canonical body without form and opted-out fields
+    form: _Form
+    model: str
+
+
 @dataclass(frozen=True, slots=True)
 class _Call:
     """One cacheable request, as the steps after routing see it."""
@@ -294,6 +328,8 @@ class Pipeline:
         )
         self.stats = PipelineStats()
         self._flights = Flights()
+        self._seen: dict[bytes, _Seen] = {}
+        self._seen_lock = threading.Lock()
 
     # -- the flow ---------------------------------------------------------------------------------
 
@@ -315,23 +351,31 @@ class Pipeline:
             return self._synthetic(request, route.dialect, 400, "invalid_request_error", f"cachekit: {exc}")
         _strip_control_headers(request, headers)
 
-        body = self._json_body(request, headers)
-        if body is None or not self.config.enabled or control.mode == "bypass":
+        content = _json_content(request, headers)
+        # A request whose exact bytes were seen before needs no parsing: its canonical digest, form and
+        # model are remembered by the digest of those bytes (the hit path's main saving).
+        digest = hashlib.sha256(content).digest() if content is not None else b""
+        seen = self._seen.get(digest) if content is not None else None
+        body: dict[str, Any] | None = None
+        if seen is None and content is not None:
+            body = _parse_object(content)
+        if (seen is None and body is None) or not self.config.enabled or control.mode == "bypass":
             # Not a JSON object (multipart upload, a body we cannot read), the cache is off, or the
             # caller asked to bypass: send it as it is (canonical when it is JSON).
-            if body is not None:
+            if content is not None and (body := body or _parse_object(content)) is not None:
                 request = self._canonical_request(request, route.dialect, body)[0]
             self.stats.add("bypasses")
             response = yield Send(request)
             return self._tag(response, "bypass", None)
 
-        form = _Form.of(route.dialect, body)
-        request, body_bytes = self._canonical_request(request, route.dialect, body)
+        if seen is None:
+            parsed = cast("dict[str, Any]", body)  # not None: the branch above took that case
+            request, body_bytes = self._canonical_request(request, route.dialect, parsed)
+            seen = self._remember(digest, route.dialect, parsed, body_bytes)
         key = self._key(
-            request=request, headers=headers, route=route, control=control, body=body, body_bytes=body_bytes
+            request=request, headers=headers, route=route, control=control, body_digest=seen.digest
         )
-        model = body.get("model")
-        call = _Call(key, route, form, control, model if isinstance(model, str) else "")
+        call = _Call(key, route, seen.form, control, seen.model)
         flight: Flight | None = None
         if control.mode != "refresh":
             served, flight = yield from self._find(call, coalesce=control.mode != "only-if-cached")
@@ -341,7 +385,33 @@ class Pipeline:
                 self.stats.add("misses")
                 message = "cachekit: not in cache (x-cachekit: only-if-cached)"
                 return self._synthetic(request, route.dialect, 504, "api_error", message)
+        if body is None:
+            # Known bytes but no stored answer: canonicalize now, since the canonical body is what
+            # goes upstream.
+            body = _parse_object(request.content)
+            if body is not None:
+                request = self._canonical_request(request, route.dialect, body)[0]
         return (yield from self._fetch(request, call, flight))
+
+    def _remember(self, digest: bytes, dialect: Dialect, body: dict[str, Any], body_bytes: bytes) -> _Seen:
+        """Work out (and remember by ``digest``) what the key needs from a parsed body."""
+        excluded = _FORM_FIELDS | self.config.ignore_fields
+        if not excluded.isdisjoint(body):
+            # Opted-out and form fields leave the key but still go upstream.
+            kept = {k: v for k, v in body.items() if k not in excluded}
+            body_bytes = canonical.dumps(canonical.canonicalize(kept, dialect, self._options).body)
+        model = body.get("model")
+        seen = _Seen(
+            hashlib.sha256(body_bytes).digest(),
+            _Form.of(dialect, body),
+            model if isinstance(model, str) else "",
+        )
+        if len(self._seen) >= _SEEN_SIZE:
+            with self._seen_lock:  # oldest first: dicts keep insertion order
+                for old in list(itertools.islice(self._seen, _SEEN_SIZE // 8)):
+                    self._seen.pop(old, None)
+        self._seen[digest] = seen
+        return seen
 
     def _find(
         self, call: _Call, *, coalesce: bool
@@ -457,19 +527,6 @@ class Pipeline:
 
     # -- steps --------------------------------------------------------------------------------------
 
-    def _json_body(self, request: Request, headers: dict[str, str]) -> dict[str, Any] | None:
-        if not _is_json(headers.get("content-type")):
-            return None
-        try:
-            content: bytes = request.content
-        except Exception:  # a streaming request body (upload) cannot be read without consuming it
-            return None
-        try:
-            body = orjson.loads(content)
-        except orjson.JSONDecodeError:
-            return None
-        return body if isinstance(body, dict) else None
-
     def _canonical_request(
         self, request: Request, dialect: Dialect, body: dict[str, Any]
     ) -> tuple[Request, bytes]:
@@ -487,8 +544,7 @@ class Pipeline:
         headers: dict[str, str],
         route: Route,
         control: _Control,
-        body: dict[str, Any],
-        body_bytes: bytes,
+        body_digest: bytes,
     ) -> str:
         partition = partition_for(
             headers,
@@ -497,11 +553,6 @@ class Pipeline:
             tenant=control.tenant,
             share_across_credentials=self.config.share_across_credentials,
         )
-        excluded = _FORM_FIELDS | self.config.ignore_fields
-        if not excluded.isdisjoint(body):
-            # Opted-out and form fields leave the key but still go upstream.
-            kept = {k: v for k, v in body.items() if k not in excluded}
-            body_bytes = canonical.dumps(canonical.canonicalize(kept, route.dialect, self._options).body)
         return exact_key(
             namespace=control.namespace,
             partition=partition,
@@ -510,7 +561,7 @@ class Pipeline:
             path=request.url.path,
             query=request.url.query,
             headers=[(name, headers.get(name, "")) for name in route.key_headers],
-            body=body_bytes,
+            body_digest=body_digest,
         )
 
     def _lookup(

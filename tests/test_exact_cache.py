@@ -258,3 +258,19 @@ def test_wrap_rejects_things_that_are_not_clients() -> None:
         cachekit.wrap(object())
     with pytest.raises(TypeError, match="no cachekit cache"):
         cachekit.cache_of(openai.OpenAI(api_key="x"))
+
+
+def test_known_bytes_with_an_expired_entry_still_go_upstream_canonical(harness: Harness) -> None:
+    """The pipeline remembers request bytes it has seen (to skip parsing on hits); when such a
+    request misses, it is still canonicalized before it leaves."""
+    now = [1000.0]
+    sdk = harness.sdk("openai", cache=MemoryStore(clock=lambda: now[0]))
+    body = openai_chat()
+    body["messages"][2]["tool_calls"][0]["function"]["arguments"] = '{ "days": 3, "city": "Paris" }'
+    sdk.call("chat.completions.create", **body, extra_headers={"x-cachekit-ttl": "10"})
+    now[0] += 60
+    again = sdk.call(_raw("chat.completions.create"), **body)
+    assert again.headers["x-cachekit-cache"] == "miss"
+    first_sent, second_sent = (orjson.loads(r.body) for r in harness.upstream.requests)
+    assert first_sent == second_sent
+    assert second_sent["messages"][2]["tool_calls"][0]["function"]["arguments"] == '{"city":"Paris","days":3}'
