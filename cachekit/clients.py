@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from cachekit._http import library_of
@@ -31,6 +32,7 @@ DROP_IN_CLIENTS: dict[str, tuple[str, str, str]] = {
 }
 
 _built: dict[str, type[Any]] = {}
+_copying: ContextVar[Cache | None] = ContextVar("cachekit_copying", default=None)
 _built_lock = threading.Lock()
 
 
@@ -103,13 +105,31 @@ def drop_in_class(name: str) -> type[Any]:
 
         def __init__(self: Any, *args: Any, cache: CacheLike = None, **kwargs: Any) -> None:
             sdk_class.__init__(self, *args, **kwargs)
-            install(self._client, cache)
+            inherited = _copying.get()
+            self._cachekit_cache = install(self._client, inherited if cache is None else cache)
+
+        def copy(self: Any, *args: Any, **kwargs: Any) -> Any:
+            """The SDK's ``copy()`` / ``with_options()``, keeping this client's cache."""
+            # The SDK's copy() builds a new client through __init__, which cannot see this one's
+            # cache; hand it over, so a copy with a new http_client still uses the same cache.
+            token = _copying.set(self._cachekit_cache)
+            try:
+                return sdk_class.copy(self, *args, **kwargs)
+            finally:
+                _copying.reset(token)
 
         doc = (
             f"``{module_name}.{class_name}`` with a response cache: the SDK's own constructor plus "
             "``cache=`` (a Cache, a CacheConfig, a store object or a store URL; by default "
             "``$CACHEKIT_CACHE_URL`` or SQLite under ``$CACHEKIT_HOME``)."
         )
-        built = type(name, (sdk_class,), {"__init__": __init__, "__module__": "cachekit", "__doc__": doc})
+        namespace = {
+            "__init__": __init__,
+            "copy": copy,
+            "with_options": copy,  # the SDKs alias with_options = copy on their own class
+            "__module__": "cachekit",
+            "__doc__": doc,
+        }
+        built = type(name, (sdk_class,), namespace)
         _built[name] = built
         return built

@@ -53,11 +53,15 @@ class CacheConfig:
         tool_order: ``keep`` the caller's tool order, or ``sort`` tools by name.
         normalize_whitespace: opt-in CRLF → LF and trailing-whitespace stripping in prose.
         ignore_fields: top-level body fields left out of the key (opt-out; e.g. ``metadata``).
+        credential_headers: more request headers that carry a credential (a gateway's own key header),
+            HMAC'd into the partition with ``x-api-key``, ``authorization``, ``api-key`` and
+            ``x-goog-api-key``. Names are lower-case.
         ledger: record every call's usage and cost: ``True`` (default) for the process's default ledger
             (SQLite at ``$CACHEKIT_HOME/ledger.sqlite3``, written off the request path), a
             :class:`cachekit.cost.Ledger` of your own, or ``False`` for none.
         coalesce_timeout: seconds a request waits for an identical one already upstream (single-flight)
-            before going upstream itself; long, since a leader may be streaming a long answer.
+            before going upstream itself; also the age after which a leader that never finished (a
+            stream abandoned without being closed) stops holding its key.
     """
 
     store: Store | AsyncStore | str | None = None
@@ -69,7 +73,8 @@ class CacheConfig:
     tool_order: ToolOrder = "keep"
     normalize_whitespace: bool = False
     ignore_fields: frozenset[str] = field(default_factory=frozenset)
-    coalesce_timeout: float = 300.0
+    credential_headers: tuple[str, ...] = ()
+    coalesce_timeout: float = 60.0
     ledger: Ledger | bool = True
 
     def __post_init__(self) -> None:

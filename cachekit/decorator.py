@@ -35,8 +35,15 @@ _MEMO_DOMAIN = b"cachekit/memo/v1"
 class _Memo:
     """The memoization half of one decorated function: its key scheme and its lazily opened cache."""
 
-    def __init__(self, func: Callable[..., Any], cache: CacheLike, policy: CallPolicy) -> None:
-        self._name = f"{func.__module__}.{func.__qualname__}"
+    def __init__(
+        self, func: Callable[..., Any], cache: CacheLike, policy: CallPolicy, name: str | None
+    ) -> None:
+        qualified = f"{func.__module__}.{func.__qualname__}"
+        if name is None and "<locals>" in func.__qualname__:
+            # Closures made by one factory share a qualified name but not their captured values, so
+            # their results must not share entries unless the caller names each one.
+            raise MemoizeError(f"cannot memoize {qualified}: a nested function needs an explicit name=")
+        self._name = name or qualified
         self._cache_arg = cache
         self._cache: Cache | None = None
         self._lock = threading.Lock()
@@ -51,7 +58,8 @@ class _Memo:
 
     def key(self, policy: CallPolicy, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         try:
-            arguments = orjson.dumps([args, kwargs], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+            # No OPT_NON_STR_KEYS: {1: x} and {"1": x} would dump alike and share an entry.
+            arguments = orjson.dumps([args, kwargs], option=orjson.OPT_SORT_KEYS)
         except TypeError as exc:
             raise MemoizeError(f"cannot memoize {self._name}: its arguments are not JSON ({exc})") from exc
         cache = self.cache()
@@ -75,7 +83,7 @@ class _Memo:
 
     def encode(self, result: Any) -> bytes:
         try:
-            return _MEMO_MAGIC + orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS)
+            return _MEMO_MAGIC + orjson.dumps(result)
         except TypeError as exc:
             raise MemoizeError(f"cannot memoize {self._name}: its result is not JSON ({exc})") from exc
 
@@ -131,6 +139,7 @@ def cached(
     memoize: bool = False,
     cache: CacheLike = None,
     site: str | None = None,
+    name: str | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -146,6 +155,7 @@ def cached(
     memoize: bool = False,
     cache: CacheLike = None,
     site: str | None = None,
+    name: str | None = None,
 ) -> F | Callable[[F], F]:
     """Set the cache policy for the LLM calls made inside the decorated function.
 
@@ -155,10 +165,13 @@ def cached(
         ttl: seconds entries written by these calls live (``None``: until evicted).
         bypass: neither read nor write the response cache (``mode="bypass"``).
         mode: ``bypass``, ``refresh`` or ``only-if-cached`` for every call inside.
-        memoize: also cache the function's own result (JSON values only), keyed by its arguments.
+        memoize: also cache the function's own result, keyed by its arguments. Arguments and result
+            must be JSON (string keys only); a hit returns the JSON form (a tuple comes back as a list).
         cache: where memoized results go (same forms as the clients' ``cache=``).
         site: the call-site label of these calls in the cost ledger (default: the function's
             qualified name).
+        name: the memo entries' function name (default: its qualified name); required for nested
+            functions, whose qualified names do not tell closures apart.
 
     Works on sync and async functions; nested decorators combine (the inner one's settings win).
     """
@@ -168,7 +181,7 @@ def cached(
         policy = make_policy(
             tenant=tenant, namespace=namespace, ttl=ttl, bypass=bypass, mode=mode, site=label
         )
-        memo = _Memo(fn, cache, policy) if memoize else None
+        memo = _Memo(fn, cache, policy, name) if memoize else None
 
         def enter() -> tuple[CallPolicy, Any]:
             effective = _current.get().merged(policy)

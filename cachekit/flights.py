@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 __all__ = ["Flight", "Flights"]
 
@@ -21,9 +22,10 @@ __all__ = ["Flight", "Flights"]
 class Flight:
     """One in-flight upstream call that others may wait for."""
 
-    __slots__ = ("_event", "_lock", "_waiters")
+    __slots__ = ("_event", "_lock", "_waiters", "started")
 
     def __init__(self) -> None:
+        self.started = time.monotonic()
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
@@ -60,6 +62,11 @@ class Flight:
             await asyncio.wait_for(asyncio.shield(future), timeout)
         except asyncio.TimeoutError:
             return False
+        finally:
+            # A waiter that gave up (timeout, cancellation) must not stay on a flight that never lands.
+            with self._lock:
+                if (loop, future) in self._waiters:
+                    self._waiters.remove((loop, future))
         return True
 
 
@@ -71,16 +78,23 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class Flights:
     """The flights in progress, by cache key."""
 
-    def __init__(self) -> None:
+    def __init__(self, stale_after: float = 60.0) -> None:
         self._lock = threading.Lock()
         self._flights: dict[str, Flight] = {}
+        self._stale_after = stale_after
 
     def join(self, key: str) -> tuple[Flight, bool]:
-        """The flight for ``key`` and whether the caller leads it (a new flight) or follows."""
+        """The flight for ``key`` and whether the caller leads it (a new flight) or follows.
+
+        A flight older than ``stale_after`` seconds is treated as lost (a leader whose stream was
+        abandoned without being closed) and replaced, so one lost leader cannot slow a key forever.
+        """
         with self._lock:
             flight = self._flights.get(key)
-            if flight is not None:
+            if flight is not None and time.monotonic() - flight.started < self._stale_after:
                 return flight, False
+            if flight is not None:
+                flight.land()
             flight = self._flights[key] = Flight()
             return flight, True
 

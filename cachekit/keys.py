@@ -51,11 +51,16 @@ def partition_for(
         return PartitionId("tenant:" + tenant)
     if share_across_credentials:
         return PartitionId("shared")
-    for name in credential_headers:
-        value = headers.get(name)
-        if value:
-            mac = hmac.new(secret, name.encode() + b"\0" + value.encode(), hashlib.sha256)
-            return PartitionId("cred:" + mac.hexdigest()[:32])
+    # Every credential header present counts (a gateway may send a fixed x-api-key and a per-user
+    # bearer token): each name and value goes into one HMAC, length-prefixed, in a fixed order.
+    present = sorted((name, headers[name]) for name in set(credential_headers) if headers.get(name))
+    if present:
+        mac = hmac.new(secret, digestmod=hashlib.sha256)
+        for name, value in present:
+            for part in (name.encode(), value.encode()):
+                mac.update(len(part).to_bytes(8, "big"))
+                mac.update(part)
+        return PartitionId("cred:" + mac.hexdigest()[:32])
     return PartitionId("anonymous")
 
 

@@ -327,7 +327,8 @@ class Pipeline:
             tool_order=config.tool_order, normalize_whitespace=config.normalize_whitespace
         )
         self.stats = PipelineStats()
-        self._flights = Flights()
+        self._flights = Flights(stale_after=config.coalesce_timeout)
+        self._credential_headers = CREDENTIAL_HEADERS + tuple(h.lower() for h in config.credential_headers)
         self._seen: dict[bytes, _Seen] = {}
         self._seen_lock = threading.Lock()
 
@@ -354,7 +355,10 @@ class Pipeline:
         content = _json_content(request, headers)
         # A request whose exact bytes were seen before needs no parsing: its canonical digest, form and
         # model are remembered by the digest of those bytes (the hit path's main saving).
-        digest = hashlib.sha256(content).digest() if content is not None else b""
+        # The dialect is part of what the digest stands for: the same bytes mean other things elsewhere.
+        digest = (
+            hashlib.sha256(route.dialect.encode() + b"\0" + content).digest() if content is not None else b""
+        )
         seen = self._seen.get(digest) if content is not None else None
         body: dict[str, Any] | None = None
         if seen is None and content is not None:
@@ -388,9 +392,14 @@ class Pipeline:
         if body is None:
             # Known bytes but no stored answer: canonicalize now, since the canonical body is what
             # goes upstream.
-            body = _parse_object(request.content)
-            if body is not None:
-                request = self._canonical_request(request, route.dialect, body)[0]
+            try:
+                body = _parse_object(request.content)
+                if body is not None:
+                    request = self._canonical_request(request, route.dialect, body)[0]
+            except BaseException:
+                if flight is not None:
+                    self._flights.land(key, flight)
+                raise
         return (yield from self._fetch(request, call, flight))
 
     def _remember(self, digest: bytes, dialect: Dialect, body: dict[str, Any], body_bytes: bytes) -> _Seen:
@@ -420,8 +429,12 @@ class Pipeline:
         key, route, form = call.key, call.route, call.form
         flight: Flight | None = None
         served, failed = yield from self._lookup(key, route.dialect, form)
-        if served is None and coalesce and not failed:
-            flight, leading = self._flights.join(key)
+        if served is not None or not coalesce or failed:
+            if served is not None:
+                self._hit(call, served)
+            return served, None
+        flight, leading = self._flights.join(key)
+        try:
             if not leading:
                 # Another request for this key is upstream now: wait for it, then read its answer. If
                 # it failed there is nothing stored and this one goes upstream on its own.
@@ -430,14 +443,24 @@ class Pipeline:
                 self.stats.add("coalesced")
             # Look again (a leader may have landed between the first look and the join).
             served, _ = yield from self._lookup(key, route.dialect, form)
+        except BaseException:
+            # Cancelled (or failed) while leading: land now, or followers would wait for nothing.
+            if flight is not None:
+                self._flights.land(key, flight)
+            raise
         if served is not None:
             if flight is not None:
                 self._flights.land(key, flight)
-            self.stats.add("hits")
-            logger.debug("hit provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
-            self._account(call, served, "exact_hit")
+            self._hit(call, served)
             return served, None
         return None, flight
+
+    def _hit(self, call: _Call, served: record.CachedResponse) -> None:
+        self.stats.add("hits")
+        logger.debug(
+            "hit provider=%s dialect=%s key=%s", call.route.provider, call.route.dialect, call.key[-16:]
+        )
+        self._account(call, served, "exact_hit")
 
     def _fetch(self, request: Request, call: _Call, flight: Flight | None) -> Exchange:
         """A miss: go upstream, store a complete 2xx answer, land the flight (if this request leads one)."""
@@ -549,7 +572,7 @@ class Pipeline:
         partition = partition_for(
             headers,
             secret=self._secret,
-            credential_headers=CREDENTIAL_HEADERS,
+            credential_headers=self._credential_headers,
             tenant=control.tenant,
             share_across_credentials=self.config.share_across_credentials,
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import ModuleType, TracebackType
 from typing import Any
@@ -279,6 +280,8 @@ class CachingTransport(_CachingBase, httpx2.BaseTransport):
             if isinstance(effect, Tee):
                 response = effect.response
                 tee = _tee_class(library_of(response), False)(response.stream, effect, store)
+                # A response dropped without being read or closed still lands its flight.
+                weakref.finalize(tee, effect.release)
                 if response.is_stream_consumed:  # an in-memory response was read when it was built
                     effect.recorder.feed(response.content)
                     tee.close()
@@ -348,6 +351,7 @@ class AsyncCachingTransport(_CachingBase, httpx2.AsyncBaseTransport):
             if isinstance(effect, Tee):
                 response = effect.response
                 tee = _tee_class(library_of(response), True)(response.stream, effect, astore, store)
+                weakref.finalize(tee, effect.release)
                 if response.is_stream_consumed:  # an in-memory response was read when it was built
                     effect.recorder.feed(response.content)
                     await tee.aclose()

@@ -102,7 +102,7 @@ def test_memoize_sync_function() -> None:
     store = MemoryStore()
     calls: list[tuple[Any, ...]] = []
 
-    @cachekit.cached(memoize=True, cache=store)
+    @cachekit.cached(memoize=True, cache=store, name="summarize")
     def summarize(text: str, *, words: int = 10) -> dict[str, Any]:
         calls.append((text, words))
         return {"summary": text[:words], "words": words}
@@ -118,7 +118,7 @@ def test_memoize_async_function_and_refresh() -> None:
     store = MemoryStore()
     calls = 0
 
-    @cachekit.cached(memoize=True, cache=store)
+    @cachekit.cached(memoize=True, cache=store, name="answer")
     async def answer(question: str) -> str:
         nonlocal calls
         calls += 1
@@ -138,7 +138,7 @@ def test_memoize_async_function_and_refresh() -> None:
 def test_memoize_keys_include_the_tenant() -> None:
     store = MemoryStore()
 
-    @cachekit.cached(memoize=True, cache=store)
+    @cachekit.cached(memoize=True, cache=store, name="whoami")
     def whoami() -> str | None:
         return cachekit.current_policy().tenant
 
@@ -149,14 +149,14 @@ def test_memoize_keys_include_the_tenant() -> None:
 
 
 def test_memoize_refuses_non_json_with_a_clear_error() -> None:
-    @cachekit.cached(memoize=True, cache=MemoryStore())
+    @cachekit.cached(memoize=True, cache=MemoryStore(), name="f")
     def f(x: Any) -> Any:
         return x
 
     with pytest.raises(cachekit.MemoizeError, match="arguments are not JSON"):
         f(object())
 
-    @cachekit.cached(memoize=True, cache=MemoryStore())
+    @cachekit.cached(memoize=True, cache=MemoryStore(), name="g")
     def g() -> Any:
         return {1, 2}
 
@@ -172,9 +172,32 @@ def test_memoize_survives_a_failing_store(caplog: pytest.LogCaptureFixture) -> N
         def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
             raise cachekit.StoreError("down")
 
-    @cachekit.cached(memoize=True, cache=Broken())
+    @cachekit.cached(memoize=True, cache=Broken(), name="f")
     def f(x: int) -> int:
         return x * 2
 
     assert f(4) == 8
     assert any("memo" in r.getMessage() for r in caplog.records)
+
+
+def test_memoize_tells_closures_and_key_types_apart() -> None:
+    def make(scale: int) -> Any:
+        def scaled(x: int) -> int:
+            return x * scale
+
+        return scaled
+
+    with pytest.raises(cachekit.MemoizeError, match="explicit name="):
+        cachekit.cached(memoize=True, cache=MemoryStore())(make(1))
+    store = MemoryStore()
+    times1 = cachekit.cached(memoize=True, cache=store, name="times1")(make(1))
+    times10 = cachekit.cached(memoize=True, cache=store, name="times10")(make(10))
+    assert (times1(11), times10(11)) == (11, 110)
+
+    @cachekit.cached(memoize=True, cache=MemoryStore(), name="echo")
+    def echo(mapping: dict[Any, str]) -> dict[Any, str]:
+        return mapping
+
+    assert echo({"1": "a"}) == {"1": "a"}
+    with pytest.raises(cachekit.MemoizeError, match="arguments are not JSON"):
+        echo({1: "a"})  # would otherwise share the entry of {"1": "a"}

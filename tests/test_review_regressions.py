@@ -1,0 +1,132 @@
+"""Regressions found in review: each test failed before its fix."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from typing import Any
+
+import httpx2
+import pytest
+
+import cachekit
+from cachekit.stores import MemoryStore
+from cachekit.testing import FakeUpstream
+from tests.requests import anthropic_messages, openai_chat
+
+
+def _transport(upstream: Any, **config: Any) -> cachekit.CachingTransport:
+    return cachekit.CachingTransport(
+        upstream, cache=cachekit.CacheConfig(store=MemoryStore(), ledger=False, **config)
+    )
+
+
+def test_every_credential_header_partitions() -> None:
+    """A gateway's fixed x-api-key must not make two users' bearer tokens share entries."""
+    upstream = FakeUpstream()
+    with httpx2.Client(transport=_transport(upstream)) as client:
+        base = {"anthropic-version": "2023-06-01", "x-api-key": "gateway-placeholder"}
+        for user in ("alice", "bob"):
+            r = client.post(
+                "https://api.anthropic.com/v1/messages",
+                json=anthropic_messages(),
+                headers={**base, "authorization": f"Bearer {user}"},
+            )
+            assert r.headers["x-cachekit-cache"] == "miss"
+    assert upstream.calls == 2
+
+
+def test_configured_credential_headers_partition() -> None:
+    upstream = FakeUpstream()
+    transport = _transport(upstream, credential_headers=("X-Portkey-Api-Key",))
+    with httpx2.Client(transport=transport) as client:
+        outcomes = [
+            client.post(
+                "https://api.openai.com/v1/chat/completions",
+                json=openai_chat(),
+                headers={"x-portkey-api-key": who},
+            ).headers["x-cachekit-cache"]
+            for who in ("alice", "bob", "alice")
+        ]
+    assert outcomes == ["miss", "miss", "hit"]
+
+
+def test_a_copy_with_a_new_http_client_keeps_the_cache() -> None:
+    upstream = FakeUpstream()
+    config = cachekit.CacheConfig(store=MemoryStore(), tenant="acme", ttl=60, ledger=False)
+    client = cachekit.Anthropic(api_key="k", cache=config, http_client=httpx2.Client(transport=upstream))
+    for copied in (
+        client.with_options(http_client=httpx2.Client(transport=upstream)),
+        client.copy(max_retries=1),
+    ):
+        assert cachekit.cache_of(copied) is cachekit.cache_of(client)
+    client.messages.create(**anthropic_messages())
+    copied = client.with_options(http_client=httpx2.Client(transport=upstream))
+    assert (
+        copied.messages.with_raw_response.create(**anthropic_messages()).headers["x-cachekit-cache"] == "hit"
+    )
+
+
+def test_a_stream_dropped_unread_does_not_hold_its_flight() -> None:
+    upstream = FakeUpstream()
+    client = cachekit.OpenAI(
+        api_key="k",
+        http_client=httpx2.Client(transport=upstream),
+        cache=cachekit.CacheConfig(store=MemoryStore(), ledger=False, coalesce_timeout=5),
+    )
+    stream = client.chat.completions.create(**openai_chat(), stream=True)
+    del stream
+    gc.collect()
+    start = time.perf_counter()
+    client.chat.completions.create(**openai_chat())
+    assert time.perf_counter() - start < 2  # did not wait for the lost leader
+    assert upstream.calls == 2
+
+
+def test_a_leader_cancelled_while_looking_up_lands_its_flight() -> None:
+    class SlowStore(MemoryStore):
+        async def aget(self, key: str) -> bytes | None:
+            await asyncio.sleep(0.05)
+            return self.get(key)
+
+        async def aset(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+            self.set(key, value, ttl=ttl)
+
+        async def adelete(self, key: str) -> None:
+            self.delete(key)
+
+        async def aclose(self) -> None:
+            self.close()
+
+    upstream = FakeUpstream()
+
+    async def main() -> float:
+        transport = cachekit.AsyncCachingTransport(
+            upstream, cache=cachekit.CacheConfig(store=SlowStore(), ledger=False, coalesce_timeout=5)
+        )
+        async with httpx2.AsyncClient(transport=transport) as client:
+
+            def post() -> Any:
+                return client.post("https://api.openai.com/v1/chat/completions", json=openai_chat())
+
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(post(), 0.08)  # cancelled during its second lookup
+            start = time.perf_counter()
+            await post()
+            return time.perf_counter() - start
+
+    assert asyncio.run(main()) < 2
+
+
+def test_the_same_bytes_on_another_endpoint_are_understood_afresh() -> None:
+    """The pipeline remembers request bytes per dialect: bytes first seen on /responses must not
+    lend their form (stream options) to a Chat request."""
+    upstream = FakeUpstream()
+    body = {**openai_chat(), "stream": True, "stream_options": {"include_usage": True}}
+    with httpx2.Client(transport=_transport(upstream)) as client:
+        client.post("https://api.openai.com/v1/responses", json=body)
+        for _ in range(2):
+            with client.stream("POST", "https://api.openai.com/v1/chat/completions", json=body) as r:
+                text = r.read()
+    assert b'"choices":[]' in text  # the usage chunk asked for by stream_options
