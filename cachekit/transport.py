@@ -13,6 +13,8 @@ environment.
 
 from __future__ import annotations
 
+import logging
+import queue
 import socket
 import sys
 import threading
@@ -135,12 +137,21 @@ class _SyncTee(_TeeState):
         self._store = store
 
     def __iter__(self) -> Any:
+        closed_by_gc = False
         try:
             for chunk in self._inner:
                 self._tee.recorder.feed(chunk)
                 yield chunk
+        except GeneratorExit:
+            # httpx closes streams through close(), so this is the garbage collector finalizing an
+            # abandoned stream: finish on the worker, since a finalizer may run while this very
+            # thread holds a lock that finishing needs (the store's, the flights').
+            closed_by_gc = True
+            _defer(self._end)
+            raise
         finally:
-            self._end()
+            if not closed_by_gc:
+                self._end()
 
     def _end(self) -> None:
         if self._ended:
@@ -194,6 +205,39 @@ class _AsyncTee(_TeeState):
     async def aclose(self) -> None:
         await self._end()
         await self._inner.aclose()
+
+
+class _Deferred:
+    """Work that garbage-collection callbacks must not do inline (it takes locks the interrupted code
+    may hold) goes to one daemon thread through a SimpleQueue, whose put() is safe in finalizers."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the worker (from ordinary code, never from a finalizer)."""
+        with self._lock:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._run, name="cachekit-deferred", daemon=True)
+                self._worker.start()
+
+    def __call__(self, task: Callable[[], object]) -> None:
+        self._queue.put(task)
+
+    def _run(self) -> None:
+        while True:
+            task = self._queue.get()
+            try:
+                task()
+            except Exception:  # a failure here must not kill the worker
+                logging.getLogger("cachekit.transport").warning(
+                    "deferred stream cleanup failed", exc_info=True
+                )
+
+
+_defer = _Deferred()
 
 
 _tee_classes: dict[tuple[str, bool], type[Any]] = {}
@@ -280,8 +324,10 @@ class CachingTransport(_CachingBase, httpx2.BaseTransport):
             if isinstance(effect, Tee):
                 response = effect.response
                 tee = _tee_class(library_of(response), False)(response.stream, effect, store)
-                # A response dropped without being read or closed still lands its flight.
-                weakref.finalize(tee, effect.release)
+                # A response dropped without being read or closed still lands its flight (deferred:
+                # finalizers run at arbitrary points, possibly inside a lock the release takes).
+                _defer.start()
+                weakref.finalize(tee, _defer, effect.release)
                 if response.is_stream_consumed:  # an in-memory response was read when it was built
                     effect.recorder.feed(response.content)
                     tee.close()
@@ -351,7 +397,8 @@ class AsyncCachingTransport(_CachingBase, httpx2.AsyncBaseTransport):
             if isinstance(effect, Tee):
                 response = effect.response
                 tee = _tee_class(library_of(response), True)(response.stream, effect, astore, store)
-                weakref.finalize(tee, effect.release)
+                _defer.start()
+                weakref.finalize(tee, _defer, effect.release)
                 if response.is_stream_consumed:  # an in-memory response was read when it was built
                     effect.recorder.feed(response.content)
                     await tee.aclose()
