@@ -471,8 +471,11 @@ def test_assemble_chat_fixtures() -> None:
         ],
     }
     usage = sse.assemble("openai_chat", fixture("chat_usage"))
-    assert usage["usage"] == {"prompt_tokens": 14, "completion_tokens": 47, "total_tokens": 61}
-    assert usage["choices"][0]["message"]["content"].startswith("I'm unable to provide real-time updates")
+    assert usage["usage"]["total_tokens"] == 107
+    assert (usage["usage"]["prompt_tokens"], usage["usage"]["completion_tokens"]) == (96, 11)
+    assert usage["choices"][0]["message"]["content"] == (
+        "Pack a light umbrella: showers are likely on Thursday."
+    )
     assert usage["choices"][0]["message"]["refusal"] is None
 
     calls = sse.assemble("openai_chat", fixture("chat_tool_calls"))
@@ -480,17 +483,14 @@ def test_assemble_chat_fixtures() -> None:
     assert message["content"] is None
     assert message["tool_calls"] == [
         {
-            "id": "call_lQnnsesjFMWMQ5IeWPHzR4th",
+            "id": "call_Wx3pQ9dKfa1",
             "type": "function",
-            "function": {
-                "name": "GetWeatherArgs",
-                "arguments": '{"city": "Edinburgh", "country": "UK", "units": "c"}',
-            },
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 3}'},
         },
         {
-            "id": "call_2xjOUgaCdiwAcl9ZBL9LyMUU",
+            "id": "call_Tz8mR2vLcb7",
             "type": "function",
-            "function": {"name": "get_stock_price", "arguments": '{"ticker": "AAPL", "exchange": "NASDAQ"}'},
+            "function": {"name": "get_time", "arguments": '{"timezone": "Europe/Paris"}'},
         },
     ]
     assert calls["choices"][0]["finish_reason"] == "tool_calls"
@@ -979,8 +979,8 @@ def test_sdk_fixture_facts_are_the_documented_ones() -> None:
     )
     assert tool["stop"] == ("tool_use", None)
     calls = chat_facts(chat_final(fixture("chat_tool_calls")))
-    assert [call[1] for call in calls["choices"][0][4]] == ["GetWeatherArgs", "get_stock_price"]
-    assert calls["usage"]["total_tokens"] == 209
+    assert [call[1] for call in calls["choices"][0][4]] == ["get_weather", "get_time"]
+    assert calls["usage"]["total_tokens"] == 225
 
 
 # ---------------------------------------------------------------------------------------------
