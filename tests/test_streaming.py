@@ -139,44 +139,22 @@ def test_stream_and_document_forms_share_one_entry(
         assert original.stop_reason == "tool_use"
 
 
-@pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("anthropic_*.sse")), ids=lambda p: p.stem)
-def test_recorded_anthropic_streams_cross_serve(harness: Harness, fixture: Path) -> None:
-    """Real provider event sequences (text, parallel tool use, thinking) recorded, then replayed in
-    both forms; the SDK sees the same message each time. (Lenient validation: the documented
-    examples omit fields the SDK's strict mode demands, such as a thinking block's empty signature.)"""
-    sdk = harness.sdk("anthropic", _strict_response_validation=False)
-    body = anthropic_messages()
+@pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("*.sse")), ids=lambda p: p.stem)
+def test_recorded_streams_cross_serve(harness: Harness, fixture: Path) -> None:
+    """Real provider event sequences (text, parallel tool calls, thinking) recorded, then replayed in
+    both forms; the SDK sees the same result each time. (Lenient validation: the documented examples
+    omit fields the SDK's strict mode demands, such as a thinking block's empty signature.)"""
+    kind = fixture.stem.split("_")[0]
+    provider, make, final = FINALS[kind]
+    sdk = harness.sdk(provider, _strict_response_validation=False)
+    body = make()
     harness.upstream.respond_next(200, fixture.read_bytes(), "text/event-stream; charset=utf-8")
-    original = anthropic_final(sdk, body, True)
-    as_stream = anthropic_final(sdk, body, True)
-    as_document = anthropic_final(sdk, body, False)
+    original = final(sdk, body, True)
+    as_document = final(sdk, body, False)
+    as_stream = final(sdk, body, True)
     assert harness.upstream.calls == 1
-    assert as_stream == original
-    assert as_document.model_dump() == original.model_dump()
-
-
-@pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("chat_*.sse")), ids=lambda p: p.stem)
-def test_recorded_chat_streams_cross_serve(harness: Harness, fixture: Path) -> None:
-    sdk = harness.sdk("openai", _strict_response_validation=False)
-    body = openai_chat()
-    harness.upstream.respond_next(200, fixture.read_bytes(), "text/event-stream; charset=utf-8")
-    original = chat_final(sdk, body, True)
-    as_document = chat_final(sdk, body, False)
-    as_stream = chat_final(sdk, body, True)
-    assert harness.upstream.calls == 1
-    assert _comparable("chat", as_document) == _comparable("chat", original)
-    assert _comparable("chat", as_stream) == _comparable("chat", original)
-
-
-@pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("responses_*.sse")), ids=lambda p: p.stem)
-def test_recorded_responses_streams_cross_serve(harness: Harness, fixture: Path) -> None:
-    sdk = harness.sdk("openai", _strict_response_validation=False)
-    body = openai_responses()
-    harness.upstream.respond_next(200, fixture.read_bytes(), "text/event-stream; charset=utf-8")
-    original = responses_final(sdk, body, True)
-    as_document = responses_final(sdk, body, False)
-    assert harness.upstream.calls == 1
-    assert _comparable("responses", as_document) == _comparable("responses", original)
+    assert _comparable(kind, as_document) == _comparable(kind, original)
+    assert _comparable(kind, as_stream) == _comparable(kind, original)
 
 
 @pytest.mark.parametrize("kind", list(FINALS))
