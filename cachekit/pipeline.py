@@ -428,10 +428,10 @@ class Pipeline:
         """The stored answer, or ``None`` and the flight this request now leads (single-flight)."""
         key, route, form = call.key, call.route, call.form
         flight: Flight | None = None
-        served, failed = yield from self._lookup(key, route.dialect, form)
+        served, failed, source = yield from self._lookup(key, route.dialect, form)
         if served is not None or not coalesce or failed:
-            if served is not None:
-                self._hit(call, served)
+            if source is not None:
+                self._hit(call, source)
             return served, None
         flight, leading = self._flights.join(key)
         try:
@@ -442,25 +442,25 @@ class Pipeline:
                 flight = None
                 self.stats.add("coalesced")
             # Look again (a leader may have landed between the first look and the join).
-            served, _ = yield from self._lookup(key, route.dialect, form)
+            served, _, source = yield from self._lookup(key, route.dialect, form)
         except BaseException:
             # Cancelled (or failed) while leading: land now, or followers would wait for nothing.
             if flight is not None:
                 self._flights.land(key, flight)
             raise
-        if served is not None:
+        if served is not None and source is not None:  # both or neither
             if flight is not None:
                 self._flights.land(key, flight)
-            self._hit(call, served)
+            self._hit(call, source)
             return served, None
         return None, flight
 
-    def _hit(self, call: _Call, served: record.CachedResponse) -> None:
+    def _hit(self, call: _Call, source: record.CachedResponse) -> None:
         self.stats.add("hits")
         logger.debug(
             "hit provider=%s dialect=%s key=%s", call.route.provider, call.route.dialect, call.key[-16:]
         )
-        self._account(call, served, "exact_hit")
+        self._account(call, source, "exact_hit")
 
     def _fetch(self, request: Request, call: _Call, flight: Flight | None) -> Exchange:
         """A miss: go upstream, store a complete 2xx answer, land the flight (if this request leads one)."""
@@ -589,23 +589,27 @@ class Pipeline:
 
     def _lookup(
         self, key: str, dialect: Dialect, form: _Form
-    ) -> Generator[Effect, Any, tuple[record.CachedResponse | None, bool]]:
-        """The stored answer under ``key`` in the form this request wants (or ``None``), and whether
-        the store failed (then the request goes upstream without coalescing: no second lookup)."""
+    ) -> Generator[Effect, Any, tuple[record.CachedResponse | None, bool, record.CachedResponse | None]]:
+        """The stored answer under ``key`` in the form this request wants (or ``None``); whether the
+        store failed (then the request goes upstream without coalescing: no second lookup); and the
+        form of the answer to read its usage from (a JSON document when either form is one, so a
+        streamed hit is not re-assembled just for the ledger)."""
         try:
             raw = yield Load(key)
         except Exception as exc:
             self._store_failed("lookup", exc)
-            return None, True
+            return None, True, None
         if raw is None:
-            return None, False
+            return None, False, None
         try:
-            return _in_form(record.decode(raw), dialect, form), False
+            stored = record.decode(raw)
+            served = _in_form(stored, dialect, form)
         except (CorruptEntryError, sse.StreamError) as exc:
             # Treated as a miss; the fresh answer overwrites it under the same key.
             self.stats.add("corrupt_entries")
             logger.warning("corrupt cache entry %s is ignored and will be overwritten: %s", key[-16:], exc)
-            return None, False
+            return None, False, None
+        return served, False, served if served.form == "json" else stored
 
     def _store_failed(self, what: str, exc: Exception) -> None:
         self.stats.add("store_errors")

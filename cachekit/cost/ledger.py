@@ -122,15 +122,9 @@ class CallRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CallRecord:
         """Rebuild a record from :meth:`to_dict` output."""
-        usage = UsageRecord(
-            uncached_input=data.get("uncached_input"),
-            cache_write_5m=data.get("cache_write_5m"),
-            cache_write_1h=data.get("cache_write_1h"),
-            cache_read=data.get("cache_read"),
-            output=data.get("output"),
-            reasoning=data.get("reasoning"),
-            known=bool(data.get("usage_known", False)),
-            problems=tuple(data.get("problems") or ()),
+        # The usage fields are flattened into the record; only "known" is renamed there.
+        usage = UsageRecord.from_dict(
+            {**data, "known": data.get("usage_known", False), "problems": data.get("problems") or ()}
         )
         return cls(
             time=float(data["time"]),
