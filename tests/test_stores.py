@@ -1,4 +1,9 @@
-"""The exact-response stores: one contract for every store, then what is particular to each."""
+"""The exact-response stores: one contract for every store, then what is particular to each.
+
+The contract runs on every kind: memory, SQLite, Redis 7, Redis 8 and a three-node Redis Cluster
+(real servers from :mod:`tests.redis_servers`, shared by the session; each test gets a key prefix of
+its own and deletes it afterwards). Redis-only behaviour is in ``test_stores_redis.py``.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,11 +25,30 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cachekit.errors import ConfigError, StoreError
-from cachekit.stores import AsyncStore, MemoryStore, SQLiteStore, Store, store_from_url
+from cachekit.stores import (
+    AsyncStore,
+    EntryInfo,
+    Inspectable,
+    MemoryStore,
+    SQLiteStore,
+    Store,
+    store_from_url,
+)
 from cachekit.stores import sqlite as sqlite_module
+from cachekit.stores.redis import RedisStore
+from tests.redis_servers import RedisCluster3, RedisServer, redis7_server, redis8_server, redis_cluster
+
+#: The session's servers, imported as fixtures (named here so linters see them used).
+SERVER_FIXTURES = (redis7_server, redis8_server, redis_cluster)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000.0
+
+KINDS = ["memory", "sqlite", "redis7", "redis8", "cluster"]
+REDIS_FIXTURES = {"redis7": "redis7_server", "redis8": "redis8_server", "cluster": "redis_cluster"}
+#: Per-operation timeout of the Redis stores in the contract: generous, since the contract is about
+#: what a store keeps, not how fast (a busy test machine must not turn into failures here).
+REDIS_TEST_TIMEOUT = 5.0
 
 
 class FakeClock:
@@ -39,26 +64,45 @@ class FakeClock:
         self.now += seconds
 
 
-MakeStore = Callable[..., "MemoryStore | SQLiteStore"]
+AnyStore = MemoryStore | SQLiteStore | RedisStore
+MakeStore = Callable[..., AnyStore]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeStore]:
-    """A factory for the parametrized store kind; every store it made is closed afterwards."""
-    made: list[MemoryStore | SQLiteStore] = []
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
-    def make(clock: Callable[[], float] = time.time) -> MemoryStore | SQLiteStore:
-        store: MemoryStore | SQLiteStore
-        if request.param == "memory":
+
+@pytest.fixture
+def make_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeStore]:
+    """A factory for the parametrized store kind; every store it made is closed afterwards.
+
+    Redis stores of one test share a fresh prefix (so they share entries and the secret, like two
+    processes would), and everything under it is deleted afterwards.
+    """
+    made: list[AnyStore] = []
+    server: RedisServer | RedisCluster3 | None = None
+    prefix = f"test-{uuid.uuid4().hex[:12]}:"
+    if kind in REDIS_FIXTURES:
+        server = request.getfixturevalue(REDIS_FIXTURES[kind])
+
+    def make(clock: Callable[[], float] = time.time) -> AnyStore:
+        store: AnyStore
+        if kind == "memory":
             store = MemoryStore(clock=clock)
-        else:
+        elif kind == "sqlite":
             store = SQLiteStore(tmp_path / "store.sqlite3", clock=clock)
+        else:
+            assert server is not None
+            store = RedisStore(server.url, prefix=prefix, clock=clock, timeout=REDIS_TEST_TIMEOUT)
         made.append(store)
         return store
 
     yield make
     for store in made:
         store.close()
+    if server is not None:
+        server.delete_prefix(prefix)
 
 
 @pytest.fixture
@@ -66,13 +110,56 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+class Timeline:
+    """Moves time for the store under test, in units.
+
+    In-process stores read an injected :class:`FakeClock`, so time jumps, exactly (a unit is a second).
+    Redis expires keys by its own clock, so for Redis time really passes, scaled down (a unit is 50 ms),
+    and "just before expiry" keeps a few units of slack for a busy machine.
+    """
+
+    def __init__(self, fake: bool) -> None:
+        self.fake = fake
+        self.clock: Callable[[], float] = FakeClock() if fake else time.time
+        self.unit = 1.0 if fake else 0.05
+        #: Units between "just before" and the expiry instant.
+        self.slack = 0.001 if fake else 4.0
+
+    def ttl(self, units: float) -> float:
+        return units * self.unit
+
+    def advance(self, units: float) -> None:
+        if isinstance(self.clock, FakeClock):
+            self.clock.advance(units * self.unit)
+        else:
+            # A few ms more: Redis expires a key when its clock is strictly past the expiry (in ms).
+            time.sleep(units * self.unit + 0.005)
+
+    def advance_far(self) -> None:
+        """A century for a fake clock; for Redis, long enough that any default TTL would show."""
+        if isinstance(self.clock, FakeClock):
+            self.clock.advance(100 * 365 * 86400)
+        else:
+            time.sleep(0.3)
+
+
+@pytest.fixture
+def timeline(kind: str) -> Timeline:
+    return Timeline(fake=kind not in REDIS_FIXTURES)
+
+
+in_process_only = pytest.mark.parametrize("kind", ["memory", "sqlite"], indirect=True)
+
+
 # -- the contract ----------------------------------------------------------------------------------
 
 
-def test_is_a_store_and_not_an_async_one(make_store: MakeStore) -> None:
+def test_is_a_store_and_async_only_when_it_does_network_io(make_store: MakeStore, kind: str) -> None:
     store = make_store()
     assert isinstance(store, Store)
-    assert not isinstance(store, AsyncStore)
+    assert isinstance(store, Inspectable)
+    # Redis serves sync and async clients with one object; the in-process stores have no async side.
+    assert isinstance(store, AsyncStore) == (kind in REDIS_FIXTURES)
 
 
 def test_get_set_delete(make_store: MakeStore) -> None:
@@ -95,7 +182,7 @@ def test_overwrite_replaces(make_store: MakeStore) -> None:
     assert store.get("k") == b"3"
 
 
-def test_clear_removes_everything_but_keeps_the_secret(make_store: MakeStore) -> None:
+def test_clear_removes_everything_but_keeps_the_secret(make_store: MakeStore, kind: str) -> None:
     store = make_store()
     secret = store.secret
     for i in range(20):
@@ -103,45 +190,49 @@ def test_clear_removes_everything_but_keeps_the_secret(make_store: MakeStore) ->
     store.clear()
     assert all(store.get(f"k{i}") is None for i in range(20))
     assert store.secret == secret
+    if kind != "memory":  # still stored, not only remembered by this object
+        assert make_store().secret == secret
     store.set("after", b"y")
     assert store.get("after") == b"y"
 
 
 def test_keys_are_distinct_strings(make_store: MakeStore) -> None:
     store = make_store()
-    keys = ["a", "A", "a ", "ä", "a\u0301", "ключ", "🔑", "x" * 1000]
+    keys = ["a", "A", "a ", "ä", "a\u0301", "ключ", "🔑", "x" * 1000, "{a}", "a}", "*", "a:b"]
     for i, key in enumerate(keys):
         store.set(key, str(i).encode())
     assert [store.get(key) for key in keys] == [str(i).encode() for i in range(len(keys))]
 
 
-def test_ttl_expires_with_the_clock(make_store: MakeStore, clock: FakeClock) -> None:
-    store = make_store(clock)
-    store.set("k", b"v", ttl=10)
-    clock.advance(9.999)
+def test_ttl_expires_with_the_clock(make_store: MakeStore, timeline: Timeline) -> None:
+    store = make_store(timeline.clock)
+    store.set("k", b"v", ttl=timeline.ttl(10))
+    timeline.advance(10 - timeline.slack)
     assert store.get("k") == b"v"
-    clock.advance(0.001)  # exactly at expires_at: expired
+    timeline.advance(timeline.slack)  # at expires_at (exactly, for a fake clock): expired
     assert store.get("k") is None
-    clock.advance(-5)  # an entry found expired may be gone for good; it is never resurrected wrongly
-    assert store.get("k") in (None, b"v")
+    if isinstance(timeline.clock, FakeClock):
+        timeline.clock.advance(-5)  # an entry found expired may be gone for good; never resurrected wrongly
+        assert store.get("k") in (None, b"v")
 
 
-def test_ttl_none_never_expires(make_store: MakeStore, clock: FakeClock) -> None:
-    store = make_store(clock)
+def test_ttl_none_never_expires(make_store: MakeStore, timeline: Timeline) -> None:
+    store = make_store(timeline.clock)
     store.set("k", b"v")
     store.set("k2", b"v2", ttl=None)
-    clock.advance(100 * 365 * 86400)
+    timeline.advance_far()
     assert store.get("k") == b"v"
     assert store.get("k2") == b"v2"
+    assert {e.key: e.expires_at for e in store.entries()} == {"k": None, "k2": None}
 
 
-def test_overwrite_replaces_the_ttl_too(make_store: MakeStore, clock: FakeClock) -> None:
-    store = make_store(clock)
-    store.set("forever", b"old", ttl=5)
+def test_overwrite_replaces_the_ttl_too(make_store: MakeStore, timeline: Timeline) -> None:
+    store = make_store(timeline.clock)
+    store.set("forever", b"old", ttl=timeline.ttl(5))
     store.set("forever", b"new")
     store.set("short", b"old")
-    store.set("short", b"new", ttl=5)
-    clock.advance(6)
+    store.set("short", b"new", ttl=timeline.ttl(5))
+    timeline.advance(6)
     assert store.get("forever") == b"new"
     assert store.get("short") is None
 
@@ -156,9 +247,10 @@ def test_non_positive_ttl_is_already_expired(make_store: MakeStore, clock: FakeC
 
 def test_nan_ttl_is_refused(make_store: MakeStore) -> None:
     store = make_store()
+    store.set("k", b"earlier")
     with pytest.raises(ValueError, match="NaN"):
         store.set("k", b"v", ttl=float("nan"))
-    assert store.get("k") is None
+    assert store.get("k") == b"earlier"  # refused before anything changed
 
 
 @pytest.mark.parametrize(
@@ -195,13 +287,18 @@ def test_closed_store_refuses_use(make_store: MakeStore) -> None:
     store.set("k", b"v")
     store.close()
     store.close()  # idempotent
-    for use in (
+    uses: list[Callable[[], object]] = [
         lambda: store.get("k"),
         lambda: store.set("k", b"v"),
         lambda: store.delete("k"),
         store.clear,
-        store.purge_expired,
-    ):
+        lambda: list(store.entries()),
+        lambda: store.delete_many(["k"]),
+        store.ping,
+    ]
+    if not isinstance(store, RedisStore):  # Redis expires keys itself: it has nothing to purge
+        uses.append(store.purge_expired)
+    for use in uses:
         with pytest.raises(StoreError, match="closed"):
             use()
 
@@ -214,8 +311,10 @@ def test_context_manager_closes(make_store: MakeStore) -> None:
         store.get("k")
 
 
+@in_process_only
 def test_purge_expired_counts(make_store: MakeStore, clock: FakeClock) -> None:
     store = make_store(clock)
+    assert not isinstance(store, RedisStore)
     store.set("a", b"1", ttl=1)
     store.set("b", b"2", ttl=1)
     store.set("c", b"3", ttl=100)
@@ -226,9 +325,10 @@ def test_purge_expired_counts(make_store: MakeStore, clock: FakeClock) -> None:
     assert [store.get(k) for k in "abcd"] == [None, None, b"3", b"4"]
 
 
-def test_threads_lose_nothing(make_store: MakeStore) -> None:
+def test_threads_lose_nothing(make_store: MakeStore, kind: str) -> None:
     store = make_store()
-    n_threads, per_thread = 8, 200
+    # Fewer rounds over a network: each one is a round trip, and 8 x 60 still interleave plenty.
+    n_threads, per_thread = 8, (60 if kind in REDIS_FIXTURES else 200)
     shared_values = {f"writer-{t}".encode() * 50 for t in range(n_threads)}
     start = threading.Barrier(n_threads * 2)
     errors: list[BaseException] = []
@@ -271,6 +371,94 @@ def test_threads_lose_nothing(make_store: MakeStore) -> None:
     ]
     assert missing == []
     assert store.get("shared") in shared_values
+
+
+# -- the contract: Inspectable ---------------------------------------------------------------------
+
+#: Keys whose prefixes hold every character a Redis MATCH pattern (or SQL LIKE) treats specially.
+_GLOBBY = ["a1", "a2", "ab", "b1", "a*x", "a?y", "a[1]", "a\\z", "a%", "a_", "\U0010ffffz", "\U0010ffff"]
+
+
+def test_entries_filter_by_prefix_literally(make_store: MakeStore) -> None:
+    store = make_store()
+    for key in _GLOBBY:
+        store.set(key, key.encode() * 2)
+
+    def keys(prefix: str) -> list[str]:
+        return sorted(e.key for e in store.entries(prefix))
+
+    assert keys("") == sorted(_GLOBBY)
+    assert keys("a") == sorted(k for k in _GLOBBY if k.startswith("a"))
+    assert keys("a*") == ["a*x"]  # the star is a character, not "anything"
+    assert keys("a?") == ["a?y"]
+    assert keys("a[") == ["a[1]"]
+    assert keys("a[1") == ["a[1]"]
+    assert keys("a\\") == ["a\\z"]
+    assert keys("a%") == ["a%"]
+    assert keys("a_") == ["a_"]
+    assert keys("\U0010ffff") == ["\U0010ffff", "\U0010ffffz"]  # no code point above it to bound a range
+    assert keys("a1") == ["a1"]
+    assert keys("zzz") == []
+    assert keys("a1-and-more") == []
+
+
+def test_entries_report_size_and_times(make_store: MakeStore, clock: FakeClock, kind: str) -> None:
+    store = make_store(clock)
+    store.set("forever", b"x" * 1234)
+    store.set("short", b"", ttl=100)
+    store.set("big", os.urandom(70_000), ttl=3600)
+    found = {e.key: e for e in store.entries()}
+    assert set(found) == {"forever", "short", "big"}
+    assert all(isinstance(e, EntryInfo) for e in found.values())
+    assert [found[k].size for k in ("forever", "short", "big")] == [1234, 0, 70_000]
+    if kind == "memory":  # it does not keep creation times
+        assert all(e.created_at is None for e in found.values())
+    else:
+        assert all(e.created_at == pytest.approx(T0, abs=1e-3) for e in found.values())
+    assert found["forever"].expires_at is None
+    # Redis reports the remaining TTL, which a slow machine may have eaten into a little.
+    assert found["short"].expires_at == pytest.approx(T0 + 100, abs=2)
+    assert found["big"].expires_at == pytest.approx(T0 + 3600, abs=2)
+
+
+def test_entries_skip_expired_ones(make_store: MakeStore, timeline: Timeline) -> None:
+    store = make_store(timeline.clock)
+    store.set("gone", b"1", ttl=timeline.ttl(2))
+    store.set("kept", b"2", ttl=timeline.ttl(1000))
+    timeline.advance(3)
+    assert [e.key for e in store.entries()] == ["kept"]
+    assert store.delete_many(["gone", "kept"]) == 1  # an expired entry does not count as existing
+    assert list(store.entries()) == []
+
+
+def test_delete_many_counts_what_existed(make_store: MakeStore) -> None:
+    store = make_store()
+    for i in range(30):
+        store.set(f"k{i}", b"v")
+    assert store.delete_many([]) == 0
+    assert store.delete_many(["k0", "k1", "missing", "k0"]) == 2
+    assert store.delete_many(iter(["k1", "k2"])) == 1  # any iterable
+    assert store.delete_many(f"k{i}" for i in range(30)) == 27
+    assert list(store.entries()) == []
+    assert store.get("k5") is None
+
+
+def test_delete_many_many_keys(make_store: MakeStore) -> None:
+    store = make_store()
+    keys = [f"key-{i}" for i in range(1200)]  # more than one batch of every store
+    for key in keys:
+        store.set(key, b"v")
+    assert len(list(store.entries("key-"))) == 1200
+    assert store.delete_many(keys) == 1200
+    assert list(store.entries()) == []
+
+
+def test_ping(make_store: MakeStore) -> None:
+    store = make_store()
+    assert store.ping() is None
+    store.close()
+    with pytest.raises(StoreError):
+        store.ping()
 
 
 # -- MemoryStore -----------------------------------------------------------------------------------
@@ -632,6 +820,38 @@ def test_sqlite_errors_become_store_errors(tmp_path: Path) -> None:
         assert store.get("k2") == b"v"
 
 
+def test_sqlite_waits_for_a_busy_writer_only_briefly_by_default(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    with SQLiteStore(path) as store:
+        store.set("k", b"v")
+        blocker = _raw(path)
+        try:
+            blocker.execute("BEGIN EXCLUSIVE")
+            started = time.monotonic()
+            with pytest.raises(StoreError, match="locked"):
+                store.set("k2", b"v")
+            # The default busy timeout is 50 ms: a cache write is skipped, not waited for.
+            assert time.monotonic() - started < 0.5
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+
+
+@pytest.mark.parametrize(
+    ("prefix", "upper"),
+    [
+        ("", None),
+        ("a", "b"),
+        ("ab", "ac"),
+        ("a\U0010ffff", "b"),
+        ("\U0010ffff", None),
+        ("x\ud7ff", "x\ue000"),  # surrogates are skipped: they cannot be encoded
+    ],
+)
+def test_sqlite_prefix_range_upper_bound(prefix: str, upper: str | None) -> None:
+    assert sqlite_module._successor(prefix) == upper
+
+
 def test_sqlite_unopenable_path_is_a_store_error(tmp_path: Path) -> None:
     directory = tmp_path / "dir.db"
     directory.mkdir()
@@ -931,18 +1151,12 @@ def test_url_sqlite_bad(tmp_path: Path, url: str, match: str) -> None:
         store_from_url(url, home=tmp_path)
 
 
-@pytest.mark.parametrize(
-    "url", ["redis://localhost:6379/0", "rediss://cache.example:6380", "redis+cluster://a:7000,b:7001"]
-)
-def test_url_redis_is_not_available(tmp_path: Path, url: str) -> None:
-    with pytest.raises(ConfigError, match="Redis store is not available") as info:
-        store_from_url(url, home=tmp_path)
-    assert "memory://" in str(info.value)
-
-
 def test_url_errors_never_echo_a_password(tmp_path: Path) -> None:
     for url in (
-        "redis://:hunter2@host:6379",
+        "redis://:hunter2@host:notaport",
+        "rediss://user:hunter2@host:6379/x",
+        "redis+cluster://user:hunter2@a:7000/3",
+        "redis://user:hunter2@host?nope=1",
         "user:hunter2@host",
         "ftp://user:hunter2@host",
         "u:hunter2@x://y",

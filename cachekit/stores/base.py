@@ -7,9 +7,28 @@ corruption check.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["AsyncStore", "Store"]
+__all__ = ["AsyncStore", "EntryInfo", "Inspectable", "Store", "is_async_store", "is_store"]
+
+_STORE_NAMES = ("secret", "get", "set", "delete", "clear", "close")
+_ASYNC_STORE_NAMES = ("secret", "aget", "aset", "adelete", "aclose")
+
+
+def is_store(obj: object) -> bool:
+    """Whether ``obj`` implements :class:`Store`, judged by its class.
+
+    Unlike ``isinstance(obj, Store)`` this never reads the ``secret`` property, which for a network
+    store is a round trip that may fail (a runtime Protocol check calls ``hasattr`` on the object).
+    """
+    return all(hasattr(type(obj), name) for name in _STORE_NAMES)
+
+
+def is_async_store(obj: object) -> bool:
+    """Whether ``obj`` implements :class:`AsyncStore` (see :func:`is_store`)."""
+    return all(hasattr(type(obj), name) for name in _ASYNC_STORE_NAMES)
 
 
 @runtime_checkable
@@ -74,4 +93,38 @@ class AsyncStore(Protocol):
 
     async def aclose(self) -> None:
         """See :meth:`Store.close`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class EntryInfo:
+    """What an operator tool (``cachekit stats``/``purge``) learns about one stored entry."""
+
+    key: str
+    #: Bytes of the stored value.
+    size: int
+    #: When the entry was written (epoch seconds); ``None`` when the store does not know.
+    created_at: float | None
+    #: When it expires (epoch seconds); ``None`` for never.
+    expires_at: float | None
+
+
+@runtime_checkable
+class Inspectable(Protocol):
+    """The operator side of a store: list and delete entries, and answer a health probe.
+
+    These calls are for tools run by operators, never on a request's path; they may be slow (a Redis
+    ``SCAN`` over every node of a cluster).
+    """
+
+    def entries(self, prefix: str = "") -> Iterator[EntryInfo]:
+        """Yield every live entry whose key starts with ``prefix`` (in no particular order)."""
+        ...
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        """Delete ``keys``; return how many existed."""
+        ...
+
+    def ping(self) -> None:
+        """Return if the store answers; raise :class:`cachekit.errors.StoreError` otherwise."""
         ...

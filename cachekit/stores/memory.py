@@ -13,11 +13,12 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 
 from cachekit.errors import ConfigError, StoreError
+from cachekit.stores.base import EntryInfo
 
 __all__ = ["MemoryStats", "MemoryStore"]
 
@@ -165,6 +166,44 @@ class MemoryStore:
             for key in expired:
                 self._remove(key)
             return len(expired)
+
+    def entries(self, prefix: str = "") -> Iterator[EntryInfo]:
+        """Yield every live entry whose key starts with ``prefix``, as of the call (a snapshot).
+
+        ``created_at`` is ``None``: this store does not keep it (nobody outside the process can
+        inspect a memory store, so it would cost every entry a float for little).
+        """
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            found = [
+                EntryInfo(key, len(value), None, expires_at)
+                for key, (value, expires_at) in self._entries.items()
+                if key.startswith(prefix) and (expires_at is None or now < expires_at)
+            ]
+        # Yielded after the lock is released: a slow consumer must not block the request path.
+        yield from found
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        """Delete ``keys``; return how many were live (expired ones are removed but not counted)."""
+        keys = list(keys)  # consumed before taking the lock: a generator might call back into the store
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            deleted = 0
+            for key in keys:
+                item = self._entries.get(key)
+                if item is None:
+                    continue
+                if item[1] is None or now < item[1]:
+                    deleted += 1
+                self._remove(key)
+            return deleted
+
+    def ping(self) -> None:
+        """Return while the store is open; :class:`StoreError` once it is closed."""
+        with self._lock:
+            self._check_open()
 
     def stats(self) -> MemoryStats:
         """A consistent snapshot of the size and the counters."""

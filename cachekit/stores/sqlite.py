@@ -27,12 +27,13 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from weakref import WeakSet
 
 from cachekit.errors import ConfigError, StoreError
+from cachekit.stores.base import EntryInfo
 from cachekit.stores.memory import _check_ttl
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -70,6 +71,8 @@ class SQLiteStore:
             number of processes on one host (not over a network file system: WAL needs shared memory).
         clock: the time source for TTLs, in seconds; inject a fake one in tests.
         timeout: how long, in seconds, to wait for another connection's write lock before failing.
+            Short by default (50 ms): a cache must answer well within a request's budget, so a write
+            that would wait longer fails (:class:`StoreError`), and the caller skips and counts it.
 
     Raises:
         ConfigError: the file is not a SQLite database, belongs to another application, or was
@@ -85,7 +88,7 @@ class SQLiteStore:
         path: str | os.PathLike[str],
         *,
         clock: Callable[[], float] = time.time,
-        timeout: float = 5.0,
+        timeout: float = 0.05,
     ) -> None:
         if not 0 <= timeout < math.inf:  # also rejects NaN
             raise ConfigError(f"SQLiteStore timeout must be a finite number of seconds >= 0, not {timeout!r}")
@@ -159,6 +162,66 @@ class SQLiteStore:
     def purge_expired(self) -> int:
         """Delete every expired row now and return how many were deleted."""
         return self._execute(_PURGE, (self._clock(),))
+
+    def entries(self, prefix: str = "") -> Iterator[EntryInfo]:
+        """Yield every live entry whose key starts with ``prefix`` (read in one query, then yielded)."""
+        sql = (
+            "SELECT key, length(value), created_at, expires_at FROM entries"
+            " WHERE key >= ? AND (expires_at IS NULL OR expires_at > ?)"
+        )
+        params: tuple[object, ...] = (prefix, self._clock())
+        upper = _successor(prefix)
+        if upper is not None:
+            # A range, not LIKE: no wildcard escaping, and the primary key's index answers it.
+            sql += " AND key < ?"
+            params += (upper,)
+        with self._lock:
+            conn = self._live()
+            try:
+                rows = conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise self._failed(exc) from exc
+        for key, size, created_at, expires_at in rows:
+            if key.startswith(prefix):  # the range is exact; this only guards against its edge cases
+                yield EntryInfo(key, int(size), created_at, expires_at)
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        """Delete ``keys`` in one transaction; return how many were live (expired rows go uncounted)."""
+        unique = list(dict.fromkeys(keys))
+        now = self._clock()
+        deleted = 0
+        with self._lock:
+            conn = self._live()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    # Chunks stay under SQLite's bound-parameter limit (999 in older builds).
+                    for i in range(0, len(unique), 500):
+                        chunk = unique[i : i + 500]
+                        marks = ",".join("?" * len(chunk))
+                        deleted += conn.execute(
+                            f"SELECT COUNT(*) FROM entries WHERE key IN ({marks})"
+                            " AND (expires_at IS NULL OR expires_at > ?)",
+                            (*chunk, now),
+                        ).fetchone()[0]
+                        conn.execute(f"DELETE FROM entries WHERE key IN ({marks})", chunk)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise self._failed(exc) from exc
+        return int(deleted)
+
+    def ping(self) -> None:
+        """Return if the file answers a query; :class:`StoreError` otherwise (or once closed)."""
+        with self._lock:
+            conn = self._live()
+            try:
+                conn.execute("SELECT 1 FROM entries LIMIT 1").fetchall()
+            except sqlite3.Error as exc:
+                raise self._failed(exc) from exc
 
     def close(self) -> None:
         """Close the connection; later calls raise :class:`StoreError`. Idempotent."""
@@ -345,6 +408,21 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):  # POSIX only
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _successor(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix``; ``None`` if there is none.
+
+    SQLite compares TEXT as UTF-8 bytes, which orders like Python compares code points.
+    """
+    chars = list(prefix)
+    while chars:
+        code = ord(chars.pop()) + 1
+        if code <= 0x10FFFF:
+            if 0xD800 <= code <= 0xDFFF:  # surrogates cannot be encoded: skip to the next scalar value
+                code = 0xE000
+            return "".join(chars) + chr(code)
+    return None
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:

@@ -6,6 +6,10 @@ Supported::
     memory://?max_bytes=N&max_entries=N    ... with explicit budgets
     sqlite://                              a SQLiteStore at <home>/cache.sqlite3
     sqlite:///abs/path.db                  a SQLiteStore at /abs/path.db (everything after sqlite://)
+    redis://[user:pass@]host[:port][/db]   a RedisStore on one server (rediss:// for TLS)
+    redis+cluster://host[:port][,host...]  a RedisStore on a Redis Cluster (rediss+cluster:// for TLS)
+        query parameters: prefix, timeout, connect_timeout, max_value_bytes, ssl_ca_certs
+        (see :mod:`cachekit.stores.redis`; needs the ``redis`` extra)
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ from cachekit.stores.sqlite import SQLiteStore
 __all__ = ["SUPPORTED_SCHEMES", "store_from_url"]
 
 #: The schemes :func:`store_from_url` opens, in the order the error message lists them.
-SUPPORTED_SCHEMES = ("memory", "sqlite")
+SUPPORTED_SCHEMES = ("memory", "sqlite", "redis", "rediss", "redis+cluster", "rediss+cluster")
 
-_REDIS_SCHEMES = frozenset({"redis", "rediss", "redis+cluster"})
+_REDIS_SCHEMES = frozenset({"redis", "rediss", "redis+cluster", "rediss+cluster"})
 _MEMORY_PARAMS = ("max_bytes", "max_entries")
 
 
@@ -31,13 +35,15 @@ def store_from_url(url: str, *, home: Path) -> Store:
     """Open the store that ``url`` names.
 
     Args:
-        url: ``memory://`` (optional query ``max_bytes``, ``max_entries``), ``sqlite://`` or
-            ``sqlite:///absolute/path.db``.
+        url: ``memory://`` (optional query ``max_bytes``, ``max_entries``), ``sqlite://``,
+            ``sqlite:///absolute/path.db``, or a Redis URL (``redis://``, ``rediss://``,
+            ``redis+cluster://``, ``rediss+cluster://``; see :class:`~cachekit.stores.redis.RedisStore`).
         home: cachekit's home directory; ``sqlite://`` without a path opens ``home / "cache.sqlite3"``.
 
     Raises:
-        ConfigError: unknown or unavailable scheme, a bad query parameter, or an unusable SQLite file.
-        StoreError: the SQLite file cannot be opened.
+        ConfigError: unknown scheme, a bad query parameter, or an unusable SQLite file.
+        MissingExtraError: a Redis URL without the ``redis`` package installed.
+        StoreError: the SQLite file cannot be opened. (A Redis store connects on first use.)
     """
     if not isinstance(url, str):
         raise ConfigError(f"a store URL must be a string, not {type(url).__name__}")
@@ -46,9 +52,10 @@ def store_from_url(url: str, *, home: Path) -> Store:
     if not sep:
         raise ConfigError(f"{_redact(url)!r} is not a store URL; {_supported()}")
     if scheme in _REDIS_SCHEMES:
-        raise ConfigError(
-            f"{scheme}://: the Redis store is not available in this version of cachekit; {_supported()}"
-        )
+        # Imported here: the module is light, but keeping it out of `import cachekit` costs nothing.
+        from cachekit.stores.redis import RedisStore
+
+        return RedisStore(url)
     if scheme == "memory":
         return _memory(rest)
     if scheme == "sqlite":

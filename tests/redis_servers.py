@@ -1,0 +1,556 @@
+"""Real Redis servers for tests, benchmarks and fault injection: found, started, broken and stopped.
+
+Not a conftest: test modules import what they use: the fixtures by name (``from
+tests.redis_servers import redis7_server``), or the classes, e.g. ``RedisServer(redis7_binary())``
+for a private server that a test may kill, pause or restart.
+
+* :func:`redis7_binary` / :func:`redis8_binary` find the servers (``CACHEKIT_REDIS7_SERVER`` /
+  ``CACHEKIT_REDIS8_SERVER``, else ``redis-server`` on PATH if it is 7.x, else ``../shared/tools/redis8``
+  which prints, and if needed installs, a Redis 8 server). A missing server fails the test with the
+  way to install it: these tests are never skipped.
+* :class:`RedisServer` is one ``redis-server`` on a free loopback port in a temporary directory, with
+  ``start``/``stop``/``restart``/``pause``/``debug_sleep``; :class:`RedisCluster3` is three cluster
+  masters joined without ``redis-cli``.
+* The fixtures ``redis7_server``, ``redis8_server`` and ``redis_cluster`` are session-wide and
+  started on first use: one of each per test process, shared by every module that imports them, so
+  tests isolate their data by key prefix and must not stop them (start a private
+  :class:`RedisServer` to break one).
+
+No process outlives the session: every server is stopped by its fixture's finalizer, and an
+``atexit`` hook kills whatever is left (a test that forgot ``stop()``, an interrupted run).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pytest
+
+__all__ = [
+    "RedisCluster3",
+    "RedisServer",
+    "escape_glob",
+    "free_port",
+    "redis7_binary",
+    "redis7_server",
+    "redis8_binary",
+    "redis8_server",
+    "redis_cluster",
+    "server_version",
+]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+REDIS8_TOOL = REPO_ROOT.parent / "shared" / "tools" / "redis8"
+
+_INSTALL_7 = (
+    "Redis 7.x is needed (plain key-value tests). Install it with `apt-get install redis-server` "
+    "(Debian 12 ships 7.0) or point CACHEKIT_REDIS7_SERVER at a redis-server 7.x executable."
+)
+_INSTALL_8 = (
+    f"Redis 8.x is needed. Run {REDIS8_TOOL} (it prints, and installs if needed, a Redis 8 server) "
+    "or point CACHEKIT_REDIS8_SERVER at a redis-server 8.x executable."
+)
+
+_binaries: dict[str, str] = {}
+_binaries_lock = threading.Lock()
+
+
+def server_version(binary: str) -> tuple[int, int, int] | None:
+    """The ``(major, minor, patch)`` that ``binary --version`` reports, or ``None`` if it does not run."""
+    try:
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"\bv=(\d+)\.(\d+)\.(\d+)", out)
+    return None if found is None else (int(found[1]), int(found[2]), int(found[3]))
+
+
+def _checked(binary: str, major: int, source: str, how: str) -> str:
+    version = server_version(binary)
+    if version is None or version[0] != major:
+        shown = "does not run" if version is None else "is version " + ".".join(map(str, version))
+        pytest.fail(f"{source} = {binary!r} {shown}, not Redis {major}.x. {how}", pytrace=False)
+    return binary
+
+
+def redis7_binary() -> str:
+    """The path of a Redis 7.x server; fails the calling test (with how to install one) if none."""
+    with _binaries_lock:
+        if "7" not in _binaries:
+            env = os.environ.get("CACHEKIT_REDIS7_SERVER")
+            if env:
+                _binaries["7"] = _checked(env, 7, "CACHEKIT_REDIS7_SERVER", _INSTALL_7)
+            else:
+                found = shutil.which("redis-server")
+                version = None if found is None else server_version(found)
+                if found is None or version is None or version[0] != 7:
+                    pytest.fail(f"no Redis 7.x server found (redis-server on PATH: {found}). {_INSTALL_7}")
+                _binaries["7"] = found
+        return _binaries["7"]
+
+
+def redis8_binary() -> str:
+    """The path of a Redis 8.x server; fails the calling test (with how to install one) if none."""
+    with _binaries_lock:
+        if "8" not in _binaries:
+            env = os.environ.get("CACHEKIT_REDIS8_SERVER")
+            if env:
+                _binaries["8"] = _checked(env, 8, "CACHEKIT_REDIS8_SERVER", _INSTALL_8)
+            else:
+                if not REDIS8_TOOL.is_file():
+                    pytest.fail(f"no Redis 8 server: {REDIS8_TOOL} is missing. {_INSTALL_8}")
+                try:
+                    # It may install packages the first time: give it minutes, not seconds.
+                    proc = subprocess.run(
+                        [str(REDIS8_TOOL)], capture_output=True, text=True, timeout=600, check=False
+                    )
+                except (OSError, subprocess.SubprocessError) as exc:
+                    pytest.fail(f"{REDIS8_TOOL} failed: {exc}. {_INSTALL_8}")
+                path = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 0 else []
+                if not path:
+                    pytest.fail(
+                        f"{REDIS8_TOOL} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}. {_INSTALL_8}"
+                    )
+                _binaries["8"] = _checked(path[0], 8, str(REDIS8_TOOL), _INSTALL_8)
+        return _binaries["8"]
+
+
+def escape_glob(text: str) -> str:
+    """Escape what Redis's MATCH patterns treat specially, so ``text`` matches only itself."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _resp(*args: str | bytes | int | float) -> bytes:
+    """One command in the Redis protocol (RESP2 array of bulk strings)."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+#: Every server started and not stopped yet, for the atexit sweep.
+_RUNNING: set[RedisServer] = set()
+
+
+class RedisServer:
+    """One ``redis-server`` on 127.0.0.1, in a directory of its own.
+
+    Args:
+        binary: the server executable (:func:`redis7_binary`, :func:`redis8_binary`).
+        port: the port; by default a free one, kept across :meth:`restart`.
+        dir: the working directory (AOF, logs, cluster config); by default a new temporary one.
+        password: started with ``--requirepass`` when given.
+        appendonly: persist with an append-only file (``appendfsync always``) so :meth:`restart`
+            keeps the data; off by default (``--save ""`` too: nothing is persisted).
+        extra_args: more ``redis-server`` arguments, e.g. ``("--maxmemory", "10mb")``.
+    """
+
+    def __init__(
+        self,
+        binary: str,
+        *,
+        port: int | None = None,
+        dir: str | os.PathLike[str] | None = None,
+        password: str | None = None,
+        appendonly: bool = False,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.binary = binary
+        self._fixed_port = port is not None
+        self.port = port if port is not None else free_port()
+        self._own_dir = dir is None
+        self.dir = Path(tempfile.mkdtemp(prefix="cachekit-redis-")) if dir is None else Path(dir)
+        self.password = password
+        self.appendonly = appendonly
+        self.extra_args = tuple(extra_args)
+        self.proc: subprocess.Popen[bytes] | None = None
+        version = server_version(binary)
+        if version is None:
+            raise RuntimeError(f"{binary!r} does not run")
+        self.version = version
+
+    @property
+    def url(self) -> str:
+        """``redis://[:password@]127.0.0.1:port/0``."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _args(self) -> list[str]:
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.dir),
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "always",
+            "--daemonize", "no",
+            "--logfile", str(self.dir / f"redis-{self.port}.log"),
+        ]  # fmt: skip
+        if self.version >= (7, 0, 0):
+            # DEBUG SLEEP (fault injection) is refused by 7+ unless enabled.
+            args += ["--enable-debug-command", "yes"]
+        if self.password:
+            args += ["--requirepass", self.password]
+        return args + list(self.extra_args)
+
+    def start(self, timeout: float = 15.0) -> RedisServer:
+        """Start the server and wait until it answers; return ``self``."""
+        if self.running:
+            return self
+        for attempt in range(5):
+            # start_new_session: the server gets its own process group, so stop() reaches a wrapper
+            # script's child too, and a Ctrl-C meant for pytest does not kill it mid-test.
+            self.proc = subprocess.Popen(
+                self._args(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            _RUNNING.add(self)
+            if self._wait_ready(timeout):
+                return self
+            err = self._reap()
+            in_use = "in use" in err or "Address already" in err or "bind" in err.lower()
+            if not in_use or self._fixed_port or attempt == 4:
+                raise RuntimeError(f"redis-server on port {self.port} did not start: {err[-2000:]}")
+            self.port = free_port()  # somebody took the free port between probe and bind: retry
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                return False
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock,
+            ):
+                sock.sendall(_resp("PING"))
+                reply = sock.recv(64)
+                # +PONG, or -NOAUTH with a password: either way the server is serving commands.
+                # -LOADING means it is still reading its AOF.
+                if reply.startswith((b"+PONG", b"-NOAUTH")):
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def _reap(self) -> str:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return ""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+        log = self.dir / f"redis-{self.port}.log"
+        text = err.decode(errors="replace")
+        if log.is_file():
+            text += log.read_text(errors="replace")[-4000:]
+        return text
+
+    def stop(self, *, kill: bool = False, timeout: float = 10.0) -> None:
+        """Stop the server: ``SIGTERM`` (a clean shutdown), or ``SIGKILL`` with ``kill=True``.
+
+        Idempotent. A server that does not exit within ``timeout`` after ``SIGTERM`` is killed.
+        """
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+        if proc.stderr is not None:
+            proc.stderr.close()
+        self.proc = None
+        _RUNNING.discard(self)
+
+    def restart(self, *, kill: bool = False, appendonly: bool | None = None) -> RedisServer:
+        """Stop and start again on the same port and directory (what survives depends on ``appendonly``)."""
+        self.stop(kill=kill)
+        if appendonly is not None:
+            self.appendonly = appendonly
+        return self.start()
+
+    def cleanup(self) -> None:
+        """Stop the server and remove its directory if it made one."""
+        self.stop(kill=True)
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def command(self, *args: str | bytes | int | float, timeout: float = 10.0) -> object:
+        """Run one command on a fresh connection and return its reply (redis-py, bytes replies)."""
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=timeout)
+        try:
+            return client.execute_command(*args)
+        finally:
+            client.close()
+
+    def client(self, **kwargs: object) -> Any:
+        """A redis-py client (bytes replies) for checking what is stored; the caller closes it."""
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password, **kwargs)  # type: ignore[arg-type]
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every key that starts with ``prefix``; return how many there were."""
+        client = self.client(socket_timeout=10)
+        try:
+            names = list(client.scan_iter(match=escape_glob(prefix) + "*", count=1000))
+            for name in names:
+                client.delete(name)
+            return len(names)
+        finally:
+            client.close()
+
+    def pause(self, seconds: float, *, mode: str = "ALL") -> None:
+        """``CLIENT PAUSE``: the server holds every client's commands (or writes, mode WRITE) for a while.
+
+        Returns at once; commands sent meanwhile wait, then run.
+        """
+        self.command("CLIENT", "PAUSE", max(1, round(seconds * 1000)), mode)
+
+    def debug_sleep(self, seconds: float, *, wait: bool = False) -> threading.Thread:
+        """``DEBUG SLEEP``: the whole server blocks, answering nobody, for ``seconds``.
+
+        Returns once the server is asleep (or, with ``wait=True``, awake again). The returned thread
+        finishes when the server answers the DEBUG command; join it to wait for the server.
+        """
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=seconds + 30)
+        if self.password:
+            sock.sendall(_resp("AUTH", self.password))
+            if not sock.recv(64).startswith(b"+OK"):
+                sock.close()
+                raise RuntimeError("AUTH failed")
+        sock.sendall(_resp("DEBUG", "SLEEP", seconds))
+
+        def answer() -> None:
+            with sock, contextlib.suppress(OSError):
+                sock.recv(64)
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        # The server reads the command within microseconds; give it a moment so that a command
+        # sent right after this returns finds it asleep.
+        time.sleep(0.02)
+        if wait:
+            thread.join()
+        return thread
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"RedisServer(v{'.'.join(map(str, self.version))}, port={self.port}, {state})"
+
+
+class RedisCluster3:
+    """A Redis Cluster of three masters (no replicas) on loopback, slots split in three equal ranges."""
+
+    RANGES = ((0, 5460), (5461, 10922), (10923, 16383))
+
+    def __init__(self, binary: str, *, node_timeout_ms: int = 2000, extra_args: Sequence[str] = ()) -> None:
+        cluster_args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        cluster_args += ["--cluster-node-timeout", str(node_timeout_ms), *extra_args]
+        # The cluster bus listens on port + 10000 unless told otherwise (Redis 7+: --cluster-port),
+        # which fails for a free port above 55535.
+        self.bus_ports = [free_port() for _ in range(3)]
+        self.nodes = [
+            RedisServer(binary, extra_args=[*cluster_args, "--cluster-port", str(bus)])
+            for bus in self.bus_ports
+        ]
+
+    @property
+    def url(self) -> str:
+        """``redis+cluster://127.0.0.1:<first port>``: the client discovers the other nodes."""
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    @property
+    def ports(self) -> list[int]:
+        return [node.port for node in self.nodes]
+
+    def start(self, timeout: float = 30.0) -> RedisCluster3:
+        """Start the nodes, assign the slots, introduce the nodes, and wait for ``cluster_state:ok``."""
+        try:
+            for node in self.nodes:
+                node.start()
+            for node, (low, high) in zip(self.nodes, self.RANGES, strict=True):
+                if node.version >= (7, 0, 0):
+                    node.command("CLUSTER", "ADDSLOTSRANGE", low, high)
+                else:
+                    node.command("CLUSTER", "ADDSLOTS", *range(low, high + 1))
+            for node, bus in zip(self.nodes[1:], self.bus_ports[1:], strict=True):
+                self.nodes[0].command("CLUSTER", "MEET", "127.0.0.1", node.port, bus)
+            self._wait_ok(timeout)
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def _wait_ok(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        info = ""
+        while time.monotonic() < deadline:
+            states = []
+            for node in self.nodes:
+                raw = node.command("CLUSTER", "INFO")
+                info = raw.decode() if isinstance(raw, bytes) else str(raw)
+                fields = dict(line.split(":", 1) for line in info.split() if ":" in line)
+                states.append(
+                    fields.get("cluster_state") == "ok"
+                    and fields.get("cluster_known_nodes") == "3"
+                    and fields.get("cluster_slots_ok") == "16384"
+                )
+            if all(states):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(
+            f"the cluster did not reach cluster_state:ok in {timeout}s; last CLUSTER INFO:\n{info}"
+        )
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every key that starts with ``prefix`` on every node; return how many there were."""
+        return sum(node.delete_prefix(prefix) for node in self.nodes)
+
+    def node_for_slot(self, slot: int) -> RedisServer:
+        """The node that serves ``slot`` (slots are assigned in :data:`RANGES`)."""
+        for node, (low, high) in zip(self.nodes, self.RANGES, strict=True):
+            if low <= slot <= high:
+                return node
+        raise ValueError(f"no slot {slot}")
+
+    def flushall(self) -> None:
+        for node in self.nodes:
+            node.command("FLUSHALL")
+
+    def cleanup(self) -> None:
+        """Stop every node and remove their directories."""
+        for node in self.nodes:
+            node.cleanup()
+
+    stop = cleanup
+
+    def __enter__(self) -> RedisCluster3:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+    def __repr__(self) -> str:
+        return f"RedisCluster3(ports={self.ports})"
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for server in list(_RUNNING):
+        with contextlib.suppress(Exception):
+            server.cleanup()
+
+
+# -- session-wide servers, shared by every module that imports these fixtures ----------------------
+
+_shared: dict[str, RedisServer | RedisCluster3] = {}
+_shared_lock = threading.Lock()
+
+
+def _shared_server(kind: str) -> RedisServer | RedisCluster3:
+    # A process-wide registry rather than the fixture's own cache: a fixture imported into two test
+    # modules is registered twice by pytest and would otherwise start two servers.
+    with _shared_lock:
+        server = _shared.get(kind)
+        if server is None:
+            if kind == "redis7":
+                server = RedisServer(redis7_binary()).start()
+            elif kind == "redis8":
+                server = RedisServer(redis8_binary()).start()
+            else:
+                server = RedisCluster3(redis7_binary()).start()
+            _shared[kind] = server
+        return server
+
+
+def _stop_shared() -> None:
+    with _shared_lock:
+        for server in _shared.values():
+            server.cleanup()
+        _shared.clear()
+
+
+atexit.register(_stop_shared)
+
+
+@pytest.fixture(scope="session")
+def redis7_server() -> Iterator[RedisServer]:
+    """A Redis 7 server for the whole session. Isolate data by key prefix; never stop it."""
+    server = _shared_server("redis7")
+    assert isinstance(server, RedisServer)
+    yield server
+    _stop_shared()
+
+
+@pytest.fixture(scope="session")
+def redis8_server() -> Iterator[RedisServer]:
+    """A Redis 8 server for the whole session. Isolate data by key prefix; never stop it."""
+    server = _shared_server("redis8")
+    assert isinstance(server, RedisServer)
+    yield server
+    _stop_shared()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster3]:
+    """A three-master Redis 7 cluster for the whole session. Isolate data by key prefix."""
+    cluster = _shared_server("cluster")
+    assert isinstance(cluster, RedisCluster3)
+    yield cluster
+    _stop_shared()
