@@ -8,14 +8,15 @@ connection.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 from cachekit.config import CacheConfig, cachekit_home
 from cachekit.cost.ledger import Ledger, SQLiteSink, default_ledger_path
 from cachekit.errors import ConfigError
 from cachekit.pipeline import Pipeline, PipelineStats
-from cachekit.stores.base import AsyncStore, Store
+from cachekit.stores.base import AsyncStore, Store, is_async_store, is_store
 from cachekit.stores.url import store_from_url
 
 __all__ = ["Cache", "CacheLike", "as_cache"]
@@ -39,18 +40,23 @@ class Cache:
         elif isinstance(store, str):
             self.store = store_from_url(store, home=cachekit_home())
             self._owns_store = True
-        elif isinstance(store, (Store, AsyncStore)):
+        elif is_store(store) or is_async_store(store):
             self.store = store
             self._owns_store = False
         else:
             raise ConfigError(
                 f"cache store must be a Store, an AsyncStore or a URL, not {type(store).__name__}"
             )
+        if self.config.encryption_keys is not None:
+            self.store = _encrypted(self.store, self.config.encryption_keys)
         # Decided once here: a runtime Protocol check costs microseconds, too much for every request.
-        self.async_store: AsyncStore | None = self.store if isinstance(self.store, AsyncStore) else None
-        self.sync_store: Store | None = self.store if isinstance(self.store, Store) else None
+        self.async_store: AsyncStore | None = (
+            cast("AsyncStore", self.store) if is_async_store(self.store) else None
+        )
+        self.sync_store: Store | None = cast("Store", self.store) if is_store(self.store) else None
         self.ledger = _ledger_for(self.config.ledger)
-        self.pipeline = Pipeline(self.config, secret=self.store.secret, ledger=self.ledger)
+        store_ref = self.store
+        self.pipeline = Pipeline(self.config, secret=lambda: store_ref.secret, ledger=self.ledger)
         self._closed = False
         self._lock = threading.Lock()
 
@@ -78,6 +84,16 @@ class Cache:
             await self.async_store.aclose()
         else:
             self.close()
+
+
+def _encrypted(store: Store | AsyncStore, keys: Mapping[str, bytes] | str) -> Store | AsyncStore:
+    """``store`` wrapped so that what it holds is encrypted with ``keys`` (the first is current)."""
+    from cachekit.stores.encrypted import EncryptedStore, keys_from_spec
+
+    wrapped: Store | AsyncStore = EncryptedStore(
+        store, keys_from_spec(keys) if isinstance(keys, str) else keys
+    )
+    return wrapped
 
 
 _default_ledgers: dict[Path, Ledger] = {}
@@ -111,7 +127,7 @@ def as_cache(cache: CacheLike) -> tuple[Cache, bool]:
         return Cache(cache), True
     if cache is None:
         return Cache(), True
-    if isinstance(cache, (str, Store, AsyncStore)):
+    if isinstance(cache, str) or is_store(cache) or is_async_store(cache):
         return Cache(CacheConfig.from_env(store=cache)), True
     raise ConfigError(
         "cache= takes a Cache, a CacheConfig, a store object or a store URL, not " + type(cache).__name__

@@ -7,6 +7,7 @@ drop-in clients call it only to fill what the caller did not say.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -18,12 +19,17 @@ from cachekit.stores.base import AsyncStore, Store
 if TYPE_CHECKING:
     from cachekit.cost.ledger import Ledger
 
-__all__ = ["DEFAULT_TTL", "CacheConfig", "Mode", "cachekit_home"]
+__all__ = ["DEFAULT_TTL", "CacheConfig", "Mode", "OnCacheError", "cachekit_home"]
 
 #: How one request uses the response cache (the ``x-cachekit`` header's values, plus ``default``).
 #: ``bypass``: no lookup, no store. ``refresh``: no lookup, store the fresh answer.
 #: ``only-if-cached``: never call upstream; a miss is a 504.
 Mode = Literal["default", "bypass", "refresh", "only-if-cached"]
+
+#: What a cache-path failure (store down, timeout, open circuit breaker) does to the request:
+#: ``bypass`` logs, counts and goes upstream; ``raise`` raises
+#: :class:`~cachekit.errors.CacheUnavailableError`.
+OnCacheError = Literal["bypass", "raise"]
 
 MODES: frozenset[str] = frozenset({"default", "bypass", "refresh", "only-if-cached"})
 
@@ -62,6 +68,20 @@ class CacheConfig:
         coalesce_timeout: seconds a request waits for an identical one already upstream (single-flight)
             before going upstream itself; also the age after which a leader that never finished (a
             stream abandoned without being closed) stops holding its key.
+        on_cache_error: ``bypass`` (default): a failing store is logged, counted and skipped, and the
+            request goes upstream; ``raise``: the call fails with
+            :class:`~cachekit.errors.CacheUnavailableError` (for callers who must not spend money
+            when the cache is down, such as a test suite replaying recorded answers).
+        breaker_threshold: consecutive store failures that open the circuit breaker (then the store
+            is skipped without waiting for its timeout, and probed once per cooldown).
+        breaker_cooldown: seconds the breaker stays open before its first probe (doubling after each
+            failed probe, up to 30 s).
+        store_prompts: ``False`` keeps prompt text that a provider echoes in its response (the
+            Responses API's ``instructions`` and ``tools``) out of the store; it is put back from the
+            request on replay. Request bodies themselves are never stored, only their digest.
+        encryption_keys: encrypt stored responses at rest with AES-256-GCM: a mapping of key id to
+            32-byte key (the first is current), or a spec ``"kid:base64key,kid2:..."``; needs the
+            ``encryption`` extra. An entry that does not decrypt is a miss.
     """
 
     store: Store | AsyncStore | str | None = None
@@ -76,6 +96,11 @@ class CacheConfig:
     credential_headers: tuple[str, ...] = ()
     coalesce_timeout: float = 60.0
     ledger: Ledger | bool = True
+    on_cache_error: OnCacheError = "bypass"
+    breaker_threshold: int = 3
+    breaker_cooldown: float = 1.0
+    store_prompts: bool = True
+    encryption_keys: Mapping[str, bytes] | str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.ttl is not None and not self.ttl > 0:
@@ -88,13 +113,26 @@ class CacheConfig:
             )
         if not self.namespace:
             raise ConfigError("namespace must be a non-empty string")
+        if self.tenant is not None and not self.tenant:
+            # "" would be an explicit tenant that every credential shares, while an empty
+            # x-cachekit-tenant header or policy(tenant="") means "no tenant": refuse the ambiguity.
+            raise ConfigError("tenant must be a non-empty string or None (None: partition by credential)")
+        if self.on_cache_error not in ("bypass", "raise"):
+            raise ConfigError(f"on_cache_error must be 'bypass' or 'raise', not {self.on_cache_error!r}")
+        if not isinstance(self.breaker_threshold, int) or self.breaker_threshold < 1:
+            raise ConfigError(f"breaker_threshold must be an integer >= 1, not {self.breaker_threshold!r}")
+        if not 0 < self.breaker_cooldown <= 30:
+            raise ConfigError(
+                f"breaker_cooldown must be a number of seconds in (0, 30], not {self.breaker_cooldown!r}"
+            )
 
     @classmethod
     def from_env(cls, **overrides: object) -> CacheConfig:
         """Build a config from ``CACHEKIT_*`` variables, then apply ``overrides``.
 
         Reads ``CACHEKIT_CACHE_URL`` (store), ``CACHEKIT_ENABLED`` (``0``/``false`` turns the cache off),
-        ``CACHEKIT_TTL`` (seconds) and ``CACHEKIT_NAMESPACE``.
+        ``CACHEKIT_TTL`` (seconds), ``CACHEKIT_NAMESPACE``, ``CACHEKIT_ON_CACHE_ERROR`` and
+        ``CACHEKIT_ENCRYPTION_KEYS`` (``kid:base64key,...``).
         """
         config = cls()
         env = os.environ
@@ -109,4 +147,8 @@ class CacheConfig:
                 raise ConfigError(f"CACHEKIT_TTL must be a number of seconds, not {ttl!r}") from None
         if namespace := env.get("CACHEKIT_NAMESPACE"):
             config = replace(config, namespace=namespace)
+        if on_error := env.get("CACHEKIT_ON_CACHE_ERROR"):
+            config = replace(config, on_cache_error=on_error.strip().lower())  # type: ignore[arg-type]
+        if keys := env.get("CACHEKIT_ENCRYPTION_KEYS"):
+            config = replace(config, encryption_keys=keys)
         return replace(config, **overrides)  # type: ignore[arg-type]  # checked by __post_init__

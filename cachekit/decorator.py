@@ -20,7 +20,7 @@ import orjson
 from cachekit.cache import Cache, CacheLike, as_cache
 from cachekit.context import UNSET, CallPolicy, _current, _Unset, make_policy
 from cachekit.errors import MemoizeError
-from cachekit.keys import digest_fields
+from cachekit.keys import MEMO_KIND, digest_fields, store_key, tenant_partition
 
 __all__ = ["cached"]
 
@@ -29,7 +29,7 @@ logger = logging.getLogger("cachekit.decorator")
 F = TypeVar("F", bound=Callable[..., Any])
 
 _MEMO_MAGIC = b"CKM1"
-_MEMO_DOMAIN = b"cachekit/memo/v1"
+_MEMO_DOMAIN = b"cachekit/memo/v2"
 
 
 class _Memo:
@@ -64,10 +64,12 @@ class _Memo:
             raise MemoizeError(f"cannot memoize {self._name}: its arguments are not JSON ({exc})") from exc
         cache = self.cache()
         namespace = policy.namespace or cache.config.namespace
-        tenant = policy.tenant or cache.config.tenant or ""
-        return "ckm:" + digest_fields(
-            (namespace.encode(), tenant.encode(), self._name.encode(), arguments), domain=_MEMO_DOMAIN
+        tenant = policy.tenant or cache.config.tenant
+        partition = tenant_partition(tenant) if tenant else "shared"
+        digest = digest_fields(
+            (namespace.encode(), partition.encode(), self._name.encode(), arguments), domain=_MEMO_DOMAIN
         )
+        return store_key(MEMO_KIND, namespace, partition, digest)
 
     def ttl(self, policy: CallPolicy) -> float | None:
         return self.cache().config.ttl if isinstance(policy.ttl, _Unset) else policy.ttl
@@ -87,41 +89,70 @@ class _Memo:
         except TypeError as exc:
             raise MemoizeError(f"cannot memoize {self._name}: its result is not JSON ({exc})") from exc
 
+    # The memo shares its cache's circuit breaker: while the store is down, calls run the function
+    # without waiting for the store's timeout. Failures are logged and counted, never raised.
+
+    def _allowed(self) -> bool:
+        return self.cache().pipeline.breaker.allow()
+
+    def _outcome(self, what: str, exc: Exception | None) -> None:
+        breaker = self.cache().pipeline.breaker
+        if exc is None:
+            breaker.success()
+        else:
+            breaker.failure()
+            logger.warning("memo %s failed for %s: %s", what, self._name, type(exc).__name__)
+
     def load(self, key: str) -> tuple[bool, Any]:
         store = self.cache().sync_store
-        try:
-            return self.decode(store.get(key) if store is not None else None)
-        except Exception as exc:  # the cache path never fails the call
-            logger.warning("memo lookup failed for %s: %s", self._name, type(exc).__name__)
+        if store is None or not self._allowed():
             return False, None
+        try:
+            raw = store.get(key)
+        except Exception as exc:  # the cache path never fails the call
+            self._outcome("lookup", exc)
+            return False, None
+        self._outcome("lookup", None)
+        return self.decode(raw)
 
     def save(self, key: str, value: bytes, ttl: float | None) -> None:
         store = self.cache().sync_store
+        if store is None or not self._allowed():
+            return
         try:
-            if store is not None:
-                store.set(key, value, ttl=ttl)
+            store.set(key, value, ttl=ttl)
         except Exception as exc:
-            logger.warning("memo store failed for %s: %s", self._name, type(exc).__name__)
+            self._outcome("store", exc)
+            return
+        self._outcome("store", None)
 
     async def aload(self, key: str) -> tuple[bool, Any]:
         astore = self.cache().async_store
         if astore is None:
             return self.load(key)
-        try:
-            return self.decode(await astore.aget(key))
-        except Exception as exc:
-            logger.warning("memo lookup failed for %s: %s", self._name, type(exc).__name__)
+        if not self._allowed():
             return False, None
+        try:
+            raw = await astore.aget(key)
+        except Exception as exc:
+            self._outcome("lookup", exc)
+            return False, None
+        self._outcome("lookup", None)
+        return self.decode(raw)
 
     async def asave(self, key: str, value: bytes, ttl: float | None) -> None:
         astore = self.cache().async_store
         if astore is None:
             self.save(key, value, ttl)
             return
+        if not self._allowed():
+            return
         try:
             await astore.aset(key, value, ttl=ttl)
         except Exception as exc:
-            logger.warning("memo store failed for %s: %s", self._name, type(exc).__name__)
+            self._outcome("store", exc)
+            return
+        self._outcome("store", None)
 
 
 @overload

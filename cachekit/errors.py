@@ -6,8 +6,9 @@
     ├── ConfigError            bad option, store URL or environment setting (also a ValueError)
     ├── MissingExtraError      an optional extra is not installed (also an ImportError)
     ├── MemoizeError           a memoized function's arguments or result are not JSON (also a TypeError)
-    └── StoreError             a cache store failed; caught on the request path, never seen by SDK callers
-        └── CorruptEntryError  a stored entry could not be decoded; treated as a miss and overwritten
+    └── StoreError             a cache store failed; caught on the request path (on_cache_error="bypass")
+        ├── CorruptEntryError  a stored entry could not be decoded; treated as a miss and overwritten
+        └── CacheUnavailableError  raised to the caller only with on_cache_error="raise"
 
 Provider errors are never wrapped: an HTTP error from upstream reaches the SDK untouched, so the SDK
 raises its own typed exception (``anthropic.RateLimitError`` and so on).
@@ -16,6 +17,7 @@ raises its own typed exception (``anthropic.RateLimitError`` and so on).
 from __future__ import annotations
 
 __all__ = [
+    "CacheUnavailableError",
     "CachekitError",
     "ConfigError",
     "CorruptEntryError",
@@ -51,6 +53,13 @@ class MemoizeError(CachekitError, TypeError):
 
 class StoreError(CachekitError):
     """A cache store failed to read or write. The transport logs it and goes upstream."""
+
+
+class CacheUnavailableError(StoreError):
+    """The cache path failed (or its circuit breaker is open) and ``on_cache_error="raise"`` is set.
+
+    Only raised for callers who asked for it; by default a cache failure sends the request upstream.
+    """
 
 
 class CorruptEntryError(StoreError):

@@ -12,16 +12,80 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
-from urllib.parse import quote
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
 
 from cachekit._types import PartitionId
 
-__all__ = ["KEY_SCHEMA", "digest_fields", "exact_key", "partition_for"]
+__all__ = [
+    "EXACT_KIND",
+    "KEY_SCHEMA",
+    "MEMO_KIND",
+    "KeyParts",
+    "digest_fields",
+    "exact_key",
+    "key_prefix",
+    "parse_key",
+    "partition_for",
+    "store_key",
+    "tenant_partition",
+]
 
 #: Bumped whenever what goes into a key changes; old entries then simply stop matching.
-KEY_SCHEMA = 2
+KEY_SCHEMA = 3
 
 _EXACT_DOMAIN = b"cachekit/exact/v%d" % KEY_SCHEMA
+
+#: The first field of a store key: which layer wrote it (and that layer's key schema).
+EXACT_KIND = f"ck{KEY_SCHEMA}"
+MEMO_KIND = "ckm2"
+_KINDS = frozenset({EXACT_KIND, MEMO_KIND})
+
+
+@dataclass(frozen=True, slots=True)
+class KeyParts:
+    """The readable fields of a store key (see :func:`store_key`)."""
+
+    kind: str
+    namespace: str
+    partition: str
+    digest: str
+
+
+def store_key(kind: str, namespace: str, partition: str, digest: str) -> str:
+    """``kind:namespace:partition:digest``, each readable field percent-encoded (no ``:`` inside).
+
+    The namespace and partition are in the clear so operators can list and purge a namespace or a
+    tenant without the data (``cachekit purge``). A partition is a tenant label, ``shared``,
+    ``anonymous`` or an HMAC of a credential: never a credential. Everything that selects the answer
+    is inside the digest.
+    """
+    return f"{kind}:{quote(namespace, safe='')}:{quote(partition, safe='')}:{digest}"
+
+
+def parse_key(key: str) -> KeyParts | None:
+    """The fields of a cachekit store key, or ``None`` for anything else (a foreign or older key)."""
+    parts = key.split(":")
+    if len(parts) != 4 or parts[0] not in _KINDS:
+        return None
+    kind, namespace, partition, digest = parts
+    return KeyParts(kind, unquote(namespace), unquote(partition), digest)
+
+
+def key_prefix(kind: str, namespace: str | None = None, partition: str | None = None) -> str:
+    """The longest key prefix shared by every key of ``kind`` in ``namespace`` (and ``partition``).
+
+    A partition without a namespace cannot be a prefix; filter :func:`parse_key` results instead.
+    """
+    if namespace is None:
+        return kind + ":"
+    prefix = f"{kind}:{quote(namespace, safe='')}:"
+    return prefix if partition is None else f"{prefix}{quote(partition, safe='')}:"
+
+
+def tenant_partition(tenant: str) -> PartitionId:
+    """The partition of an explicit tenant label."""
+    return PartitionId("tenant:" + tenant)
 
 
 def digest_fields(fields: Iterable[bytes], *, domain: bytes) -> str:
@@ -48,7 +112,7 @@ def partition_for(
     credential is never stored, logged or usable to find entries without the store.
     """
     if tenant is not None:
-        return PartitionId("tenant:" + tenant)
+        return tenant_partition(tenant)
     if share_across_credentials:
         return PartitionId("shared")
     # Every credential header present counts (a gateway may send a fixed x-api-key and a per-user
@@ -79,8 +143,8 @@ def exact_key(
 
     ``body_digest`` is the SHA-256 of the canonical body (without the fields that only choose the
     answer's form): hashing a fixed-size digest instead of the body lets a pipeline remember it per
-    request and skip re-parsing bodies it has seen. The readable prefix (schema, namespace) lets
-    operators purge a namespace; everything that changes the answer is inside the digest.
+    request and skip re-parsing bodies it has seen. The readable prefix (schema, namespace, partition)
+    lets operators purge a namespace or a tenant; everything that changes the answer is in the digest.
     """
     header_bytes = b"\n".join(f"{name}:{value}".encode() for name, value in headers)
     digest = digest_fields(
@@ -96,4 +160,4 @@ def exact_key(
         ),
         domain=_EXACT_DOMAIN,
     )
-    return f"ck{KEY_SCHEMA}:{quote(namespace, safe='')}:{digest}"
+    return store_key(EXACT_KIND, namespace, partition, digest)

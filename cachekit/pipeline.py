@@ -21,9 +21,12 @@ A driver throws an effect's exception back into the generator; cache-path failur
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
+import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -32,13 +35,14 @@ from typing import Any, cast
 
 import orjson
 
-from cachekit import canonical, sse
+from cachekit import canonical, echo, sse
 from cachekit._http import Request, Response, build_response, library_of, rebuild_request
 from cachekit._types import CacheOutcome, Dialect
+from cachekit.breaker import CircuitBreaker
 from cachekit.config import MODES, CacheConfig, Mode
 from cachekit.context import UNSET, CallPolicy, current_policy
 from cachekit.cost.ledger import Ledger, Outcome
-from cachekit.errors import CorruptEntryError
+from cachekit.errors import CacheUnavailableError, CorruptEntryError
 from cachekit.flights import Flight, Flights
 from cachekit.keys import exact_key, partition_for
 from cachekit.providers import CREDENTIAL_HEADERS, Route, error_body, route_request
@@ -117,15 +121,16 @@ class Tee:
     """Record ``response``'s stream while the caller reads it.
 
     When the stream ends the driver calls ``on_end`` with the recorder's complete bytes (``None`` if
-    the stream was cut, errored, or abandoned), performs the :class:`Save` it returns (reporting a
-    store failure to ``failed``), then calls ``release`` whatever happened.
+    the stream was cut, errored, or abandoned), performs the :class:`Save` it returns and reports the
+    outcome to ``stored`` (``None`` on success, else the exception), then calls ``release`` whatever
+    happened.
     """
 
     response: Response
     recorder: sse.StreamRecorder
     on_end: Callable[[bytes | None], Save | None]
     release: Callable[[], None]
-    failed: Callable[[Exception], None]
+    stored: Callable[[Exception | None], None]
 
 
 Effect = Send | Load | Save | Read | Wait | Tee
@@ -142,6 +147,8 @@ class PipelineStats:
     passthroughs: int = 0
     stores: int = 0
     store_errors: int = 0
+    #: Store calls skipped without trying (the circuit breaker was open).
+    store_skips: int = 0
     corrupt_entries: int = 0
     coalesced: int = 0
     incomplete_streams: int = 0
@@ -176,11 +183,47 @@ def _json_content(request: Request, headers: dict[str, str]) -> bytes | None:
 
 
 def _parse_object(content: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object, or ``None`` when it is not one cachekit can key faithfully.
+
+    Bodies holding an integer beyond 64 bits are refused: orjson reads those as floats, so two
+    different requests (``seed`` 2**70 and 2**70+1) would share a key and a re-dumped body would
+    change the number sent upstream. Such a request goes upstream byte for byte, uncached.
+    """
     try:
         body = orjson.loads(content)
     except orjson.JSONDecodeError:
         return None
-    return body if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        return None
+    if _DIGIT_RUN.search(content) is not None and _has_big_int(content):
+        return None
+    return body
+
+
+# Nineteen digits in a row may be an integer beyond 64 bits (-2**63 - 1 has 19; or they are just
+# digits inside a string: the exact check below tells them apart, and only runs after this cheap scan).
+_DIGIT_RUN = re.compile(rb"[0-9]{19}")
+_INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
+
+
+def _has_big_int(content: bytes) -> bool:
+    big = False
+
+    def parse_int(text: str) -> int:
+        nonlocal big
+        value = int(text)
+        big = big or not _INT64_MIN <= value <= _UINT64_MAX
+        return value
+
+    try:
+        json.loads(content, parse_int=parse_int)
+    except (ValueError, RecursionError):
+        return True  # orjson read it but the standard parser cannot: do not trust either
+    return big
+
+
+class _NotCanonical(Exception):
+    """A parsed body that cannot be written back (nesting deeper than orjson writes)."""
 
 
 #: How many request digests a pipeline remembers (a few hundred bytes each).
@@ -315,13 +358,21 @@ class Pipeline:
         self,
         config: CacheConfig,
         *,
-        secret: bytes,
+        secret: bytes | Callable[[], bytes],
         clock: Callable[[], float] = time.time,
         ledger: Ledger | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         self.config = config
         self._ledger = ledger
-        self._secret = secret
+        # A network store's secret is read from the store on first use, not when the client is built:
+        # a cache that is down when the application starts must not stop it from starting.
+        self._secret: bytes | None = secret if isinstance(secret, bytes) else None
+        self._secret_source = secret if callable(secret) else None
+        #: Skips the store while it keeps failing (shared by every transport of this pipeline).
+        self.breaker = breaker or CircuitBreaker(
+            failure_threshold=config.breaker_threshold, cooldown=config.breaker_cooldown
+        )
         self._clock = clock
         self._options = canonical.CanonicalOptions(
             tool_order=config.tool_order, normalize_whitespace=config.normalize_whitespace
@@ -367,24 +418,29 @@ class Pipeline:
             # Not a JSON object (multipart upload, a body we cannot read), the cache is off, or the
             # caller asked to bypass: send it as it is (canonical when it is JSON).
             if content is not None and (body := body or _parse_object(content)) is not None:
-                request = self._canonical_request(request, route.dialect, body)[0]
-            self.stats.add("bypasses")
-            response = yield Send(request)
-            return self._tag(response, "bypass", None)
+                with contextlib.suppress(_NotCanonical):  # then it goes as the caller wrote it
+                    request = self._canonical_request(request, route.dialect, body)[0]
+            return (yield from self._uncached(request, route.dialect, control))
 
         if seen is None:
             parsed = cast("dict[str, Any]", body)  # not None: the branch above took that case
-            request, body_bytes = self._canonical_request(request, route.dialect, parsed)
+            try:
+                request, body_bytes = self._canonical_request(request, route.dialect, parsed)
+            except _NotCanonical:
+                # Valid JSON that cannot be keyed (nested deeper than orjson writes): as it is.
+                return (yield from self._uncached(request, route.dialect, control))
             seen = self._remember(digest, route.dialect, parsed, body_bytes)
         key = self._key(
             request=request, headers=headers, route=route, control=control, body_digest=seen.digest
         )
+        if key is None:  # the store could not give its secret: no key, so no caching for this call
+            return (yield from self._uncached(request, route.dialect, control))
         call = _Call(key, route, seen.form, control, seen.model)
         flight: Flight | None = None
         if control.mode != "refresh":
             served, flight = yield from self._find(call, coalesce=control.mode != "only-if-cached")
             if served is not None:
-                return self._replay(request, served, key)
+                return self._replay(request, self._reechoed(route.dialect, served, request), key)
             if control.mode == "only-if-cached":
                 self.stats.add("misses")
                 message = "cachekit: not in cache (x-cachekit: only-if-cached)"
@@ -401,6 +457,34 @@ class Pipeline:
                     self._flights.land(key, flight)
                 raise
         return (yield from self._fetch(request, call, flight))
+
+    def _unechoed(self, dialect: Dialect, form: record.BodyForm, body: bytes) -> bytes:
+        """``body`` without the prompt fields the provider echoed, when prompts must not be stored."""
+        if self.config.store_prompts or not echo.ECHOED_FIELDS[dialect]:
+            return body
+        return echo.strip_echo(dialect, form, body)
+
+    def _reechoed(
+        self, dialect: Dialect, served: record.CachedResponse, request: Request
+    ) -> record.CachedResponse:
+        """A hit with the echoed prompt fields put back from the request (see :mod:`cachekit.echo`)."""
+        if self.config.store_prompts or not echo.ECHOED_FIELDS[dialect]:
+            return served
+        body = _parse_object(request.content)  # the canonical request: same fields as the original's
+        if body is None:
+            return served
+        return replace(served, body=echo.restore_echo(dialect, served.form, served.body, body))
+
+    def _uncached(self, request: Request, dialect: Dialect, control: _Control) -> Exchange:
+        """Send a request the cache cannot answer (not keyable, cache off, bypassed, store secret
+        unavailable) — unless the caller said never to go upstream."""
+        if control.mode == "only-if-cached":
+            self.stats.add("misses")
+            message = "cachekit: this request cannot be answered from the cache (x-cachekit: only-if-cached)"
+            return self._synthetic(request, dialect, 504, "api_error", message)
+        self.stats.add("bypasses")
+        response = yield Send(request)
+        return self._tag(response, "bypass", None)
 
     def _remember(self, digest: bytes, dialect: Dialect, body: dict[str, Any], body_bytes: bytes) -> _Seen:
         """Work out (and remember by ``digest``) what the key needs from a parsed body."""
@@ -482,27 +566,37 @@ class Pipeline:
                     sse.StreamRecorder(route.dialect),
                     on_end=lambda raw: self._stream_entry(call, status, kept, raw),
                     release=(lambda: self._flights.land(key, flight)) if flight is not None else _nothing,
-                    failed=lambda exc: self._store_failed("store", exc),
+                    stored=self._saved,
                 )
                 handed_off = True
                 return self._tag(response, "miss", key)
             if not _is_json(content_type):
                 return self._tag(response, "miss", key)  # not a JSON document: never stored
             yield Read(response)
-            stored = record.CachedResponse(
+            try:
+                document = orjson.loads(response.content)
+            except orjson.JSONDecodeError:
+                # Labelled JSON but not JSON (a proxy's error page with a 200): passed on, never stored.
+                logger.warning("a 2xx answer labelled JSON is not JSON; not stored (key=%s)", key[-16:])
+                return self._tag(response, "miss", key)
+            answer = record.CachedResponse(
                 status=response.status_code,
                 headers=_kept_headers(response),
                 body=response.content,
                 created_at=self._clock(),
             )
-            try:
-                yield Save(key, record.encode(stored), ttl)
-                self.stats.add("stores")
-            except Exception as exc:  # a failing store must never fail the user's call
-                self._store_failed("store", exc)
-            self._account(call, stored, None)
+            stored = replace(answer, body=self._unechoed(route.dialect, "json", answer.body))
+            if self.breaker.allow():
+                try:
+                    yield Save(key, record.encode(stored), ttl)
+                    self._saved(None)
+                except Exception as exc:  # a failing store must never fail the user's call
+                    self._saved(exc)
+            else:
+                self.stats.add("store_skips")
+            self._account(call, stored, None, document)
             logger.debug("miss provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
-            return self._replay(request, stored, key, outcome="miss")
+            return self._replay(request, answer, key, outcome="miss")
         finally:
             # A stream's flight lands when the stream ends (see Tee); anything else lands here, whether
             # it succeeded, failed, or was cancelled.
@@ -517,12 +611,17 @@ class Pipeline:
             self.stats.add("incomplete_streams")
             logger.debug("stream for key=%s ended incomplete or with an error; not stored", call.key[-16:])
             return None
-        self.stats.add("stores")
+        if not self.breaker.allow():
+            self.stats.add("store_skips")
+            return None
+        raw = self._unechoed(call.route.dialect, "sse", raw)
         entry = record.CachedResponse(status, headers, raw, self._clock(), form="sse")
         self._account(call, entry, None)
         return Save(call.key, record.encode(entry), call.control.ttl)
 
-    def _account(self, call: _Call, answer: record.CachedResponse, outcome: Outcome | None) -> None:
+    def _account(
+        self, call: _Call, answer: record.CachedResponse, outcome: Outcome | None, parsed: Any = None
+    ) -> None:
         """Record the call's usage and cost in the ledger (a hit records the cost it avoided).
 
         Streams are accounted from their assembled body, so a streamed and a non-streamed call of
@@ -531,8 +630,10 @@ class Pipeline:
         if self._ledger is None:
             return
         try:
-            if answer.form == "sse":
-                body: Any = sse.assemble(call.route.dialect, answer.body)
+            if parsed is not None:
+                body: Any = parsed
+            elif answer.form == "sse":
+                body = sse.assemble(call.route.dialect, answer.body)
             else:
                 body = orjson.loads(answer.body)
             model = body.get("model") if isinstance(body, dict) else None
@@ -553,8 +654,11 @@ class Pipeline:
     def _canonical_request(
         self, request: Request, dialect: Dialect, body: dict[str, Any]
     ) -> tuple[Request, bytes]:
-        result = canonical.canonicalize(body, dialect, self._options)
-        body_bytes = canonical.dumps(result.body)
+        try:
+            result = canonical.canonicalize(body, dialect, self._options)
+            body_bytes = canonical.dumps(result.body)
+        except (TypeError, ValueError, RecursionError) as exc:  # orjson.JSONEncodeError is a TypeError
+            raise _NotCanonical(str(exc)) from exc
         if body_bytes == request.content:
             return request, body_bytes
         # The canonical body is what goes upstream, so the provider's own prefix cache sees stable bytes.
@@ -568,10 +672,13 @@ class Pipeline:
         route: Route,
         control: _Control,
         body_digest: bytes,
-    ) -> str:
+    ) -> str | None:
+        secret = self._secret if self._secret is not None else self._load_secret()
+        if secret is None:
+            return None
         partition = partition_for(
             headers,
-            secret=self._secret,
+            secret=secret,
             credential_headers=self._credential_headers,
             tenant=control.tenant,
             share_across_credentials=self.config.share_across_credentials,
@@ -587,6 +694,23 @@ class Pipeline:
             body_digest=body_digest,
         )
 
+    def _load_secret(self) -> bytes | None:
+        """The store's secret, read once; ``None`` while the store cannot give it (counted, and
+        raised with ``on_cache_error="raise"``)."""
+        if self._secret_source is None:  # pragma: no cover - one of the two is always set
+            raise AssertionError("a pipeline needs a secret")
+        if not self.breaker.allow():
+            self._unavailable("secret", None)
+            return None
+        try:
+            secret = self._secret_source()
+        except Exception as exc:
+            self._unavailable("secret", exc)
+            return None
+        self.breaker.success()
+        self._secret = secret
+        return secret
+
     def _lookup(
         self, key: str, dialect: Dialect, form: _Form
     ) -> Generator[Effect, Any, tuple[record.CachedResponse | None, bool, record.CachedResponse | None]]:
@@ -594,11 +718,15 @@ class Pipeline:
         store failed (then the request goes upstream without coalescing: no second lookup); and the
         form of the answer to read its usage from (a JSON document when either form is one, so a
         streamed hit is not re-assembled just for the ledger)."""
+        if not self.breaker.allow():
+            self._unavailable("lookup", None)
+            return None, True, None
         try:
             raw = yield Load(key)
         except Exception as exc:
-            self._store_failed("lookup", exc)
+            self._unavailable("lookup", exc)
             return None, True, None
+        self.breaker.success()
         if raw is None:
             return None, False, None
         try:
@@ -611,9 +739,33 @@ class Pipeline:
             return None, False, None
         return served, False, served if served.form == "json" else stored
 
-    def _store_failed(self, what: str, exc: Exception) -> None:
+    def _unavailable(self, what: str, exc: Exception | None) -> None:
+        """The store could not be asked (``exc``) or was skipped (breaker open) before going upstream.
+
+        With ``on_cache_error="raise"`` this raises, so the call fails before any money is spent.
+        """
+        if exc is None:
+            self.stats.add("store_skips")
+        else:
+            self.breaker.failure()
+            self.stats.add("store_errors")
+            logger.warning(
+                "cache %s failed, going on without the cache: %s: %s", what, type(exc).__name__, exc
+            )
+        if self.config.on_cache_error == "raise":
+            reason = "its circuit breaker is open" if exc is None else f"{type(exc).__name__}: {exc}"
+            raise CacheUnavailableError(f"cache {what} failed ({reason}); on_cache_error='raise'") from exc
+
+    def _saved(self, exc: Exception | None) -> None:
+        """The outcome of a store write. A failed write is logged and counted, never raised: the
+        caller already has (and has paid for) the fresh answer."""
+        if exc is None:
+            self.breaker.success()
+            self.stats.add("stores")
+            return
+        self.breaker.failure()
         self.stats.add("store_errors")
-        logger.warning("cache %s failed, going on without the cache: %s: %s", what, type(exc).__name__, exc)
+        logger.warning("cache store failed, the answer is not cached: %s: %s", type(exc).__name__, exc)
 
     # -- responses ----------------------------------------------------------------------------------
 

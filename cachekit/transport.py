@@ -124,8 +124,8 @@ class _TeeState:
         self._ended = True
         return self._tee.on_end(self._tee.recorder.complete())
 
-    def _failed(self, exc: Exception) -> None:
-        self._tee.failed(exc)
+    def _stored(self, exc: Exception | None) -> None:
+        self._tee.stored(exc)
 
 
 class _SyncTee(_TeeState):
@@ -160,8 +160,9 @@ class _SyncTee(_TeeState):
             save = self._finish()
             if save is not None:
                 self._store.set(save.key, save.value, ttl=save.ttl)
+                self._stored(None)
         except Exception as exc:  # the caller already has its answer; a store failure is only logged
-            self._failed(exc)
+            self._stored(exc)
         finally:
             self._tee.release()
 
@@ -197,8 +198,9 @@ class _AsyncTee(_TeeState):
                     await self._astore.aset(save.key, save.value, ttl=save.ttl)
                 elif self._store is not None:
                     self._store.set(save.key, save.value, ttl=save.ttl)
+                self._stored(None)
         except Exception as exc:
-            self._failed(exc)
+            self._stored(exc)
         finally:
             self._tee.release()
 

@@ -1,0 +1,85 @@
+"""``CacheConfig(store_prompts=False)``: prompts a provider echoes are kept out of the store and put
+back on replay, through the real OpenAI SDK (Responses API, streamed and not)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cachekit
+from tests.conftest import Harness
+from tests.requests import openai_responses
+
+SECRET_INSTRUCTIONS = "You are the internal pricing assistant of Initech; codename BLUE-HERON-7731."
+TOOL_DESCRIPTION = "Look up the confidential margin table (ledger MARGIN-42)."
+
+
+def _request(stream: bool = False) -> dict[str, Any]:
+    body = openai_responses()
+    body["instructions"] = SECRET_INSTRUCTIONS
+    body["tools"][0]["description"] = TOOL_DESCRIPTION
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def _config(harness: Harness, store_prompts: bool) -> cachekit.CacheConfig:
+    return cachekit.CacheConfig(store=harness.store, ledger=False, store_prompts=store_prompts)
+
+
+def _stored_bytes(harness: Harness) -> bytes:
+    return b"".join(harness.store.written.values())
+
+
+def test_echoed_prompts_are_not_stored_and_come_back_on_a_hit(harness: Harness) -> None:
+    sdk = harness.sdk("openai", cache=_config(harness, store_prompts=False))
+    first = sdk.call("responses.with_raw_response.create", **_request())
+    assert first.headers["x-cachekit-cache"] == "miss"
+    stored = _stored_bytes(harness)
+    assert stored  # the answer itself is stored
+    assert b"BLUE-HERON-7731" not in stored
+    assert b"MARGIN-42" not in stored
+    second = sdk.call("responses.with_raw_response.create", **_request())
+    assert second.headers["x-cachekit-cache"] == "hit"
+    assert harness.upstream.calls == 1
+    original, replayed = first.parse(), second.parse()
+    assert replayed.instructions == SECRET_INSTRUCTIONS
+    assert replayed.tools == original.tools
+    assert replayed.tools[0].description == TOOL_DESCRIPTION
+    assert replayed.output_text == original.output_text
+
+
+def test_a_streamed_hit_gets_its_prompts_back_too(harness: Harness) -> None:
+    sdk = harness.sdk("openai", cache=_config(harness, store_prompts=False))
+    first = sdk.call("responses.create", **_request(stream=True))
+    events = collect(sdk, first)
+    assert events[-1].type == "response.completed"
+    assert b"BLUE-HERON-7731" not in _stored_bytes(harness)
+    again = sdk.call("responses.create", **_request(stream=True))
+    replayed = collect(sdk, again)
+    assert harness.upstream.calls == 1
+    created = [e for e in replayed if e.type in ("response.created", "response.completed")]
+    assert created
+    for event in created:
+        assert event.response.instructions == SECRET_INSTRUCTIONS
+        assert event.response.tools[0].description == TOOL_DESCRIPTION
+    # A plain request is answered from the stored stream, with the prompts restored as well.
+    plain = sdk.call("responses.create", **_request())
+    assert harness.upstream.calls == 1
+    assert plain.instructions == SECRET_INSTRUCTIONS
+
+
+def test_by_default_the_echo_is_stored_as_the_provider_sent_it(harness: Harness) -> None:
+    sdk = harness.sdk("openai", cache=_config(harness, store_prompts=True))
+    sdk.call("responses.create", **_request())
+    assert b"BLUE-HERON-7731" in _stored_bytes(harness)
+
+
+def collect(sdk: Any, stream: Any) -> list[Any]:
+    """Every event of a sync or async SDK stream."""
+    if not sdk.is_async:
+        return list(stream)
+
+    async def gather() -> list[Any]:
+        return [event async for event in stream]
+
+    return sdk.run(gather())  # type: ignore[no-any-return]
