@@ -3,6 +3,7 @@
 ``cachekit demo`` shows the exact response cache answering repeated requests offline, through the real
 ``anthropic`` SDK, against an in-process stand-in for the provider (no network, no API key).
 ``cachekit report`` prints what calls cost, with and without caching, from the cost ledger.
+``cachekit stats``, ``cachekit purge`` and ``cachekit health`` are the operator's tools for a store.
 """
 
 from __future__ import annotations
@@ -125,6 +126,110 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _open_store(url: str | None) -> Any:
+    import os
+
+    from cachekit.config import cachekit_home
+    from cachekit.stores.url import store_from_url
+
+    return store_from_url(url or os.environ.get("CACHEKIT_CACHE_URL") or "sqlite://", home=cachekit_home())
+
+
+def _layer_rates(ledger: str | None, since: str | None) -> dict[str, Any]:
+    """Calls and hit rates by layer from the cost ledger (empty when there is no ledger yet)."""
+    from cachekit.cost.report import load_records, parse_since
+
+    try:
+        records = load_records(ledger, parse_since(since) if since else None)
+    except FileNotFoundError:
+        return {"calls": 0, "outcomes": {}, "rates": {}}
+    outcomes: dict[str, int] = {}
+    for r in records:
+        outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+    calls = len(records)
+    return {
+        "calls": calls,
+        "outcomes": outcomes,
+        "rates": {name: count / calls for name, count in sorted(outcomes.items())} if calls else {},
+    }
+
+
+def _stats(args: argparse.Namespace, out: TextIO) -> int:
+    import json
+
+    from cachekit.errors import CachekitError
+    from cachekit.ops import store_stats
+
+    try:
+        store = _open_store(args.store)
+        try:
+            held = store_stats(store, namespace=args.namespace)
+        finally:
+            store.close()
+        layers = _layer_rates(args.ledger, args.since)
+    except (CachekitError, ValueError) as exc:
+        out.write(f"cachekit stats: {exc}\n")
+        return 2
+    if args.json:
+        out.write(json.dumps({"store": held.to_dict(), "ledger": layers}, indent=2) + "\n")
+        return 0
+    out.write(f"store: {held.entries} entries, {held.bytes:,} bytes")
+    out.write(f" ({held.foreign} keys not written by this cachekit)\n" if held.foreign else "\n")
+    for name, ns in sorted(held.namespaces.items()):
+        parts = ", ".join(
+            f"{layer} {ns.entries[layer]} entries / {ns.bytes[layer]:,} bytes" for layer in sorted(ns.entries)
+        )
+        out.write(f"  namespace {name!r}: {parts}\n")
+    out.write(f"ledger: {layers['calls']} calls\n")
+    for outcome, count in sorted(layers["outcomes"].items()):
+        out.write(f"  {outcome:<14} {count:>8}  {layers['rates'][outcome]:6.1%}\n")
+    return 0
+
+
+def _purge(args: argparse.Namespace, out: TextIO) -> int:
+    from cachekit.cost.report import parse_since
+    from cachekit.errors import CachekitError
+    from cachekit.ops import purge
+
+    try:
+        older_than = time.time() - parse_since(args.older_than) if args.older_than else None
+        store = _open_store(args.store)
+        try:
+            count = purge(
+                store,
+                tenant=args.tenant,
+                namespace=args.namespace,
+                older_than=older_than,
+                dry_run=args.dry_run,
+            )
+        finally:
+            store.close()
+    except (CachekitError, ValueError) as exc:
+        out.write(f"cachekit purge: {exc}\n")
+        return 2
+    out.write(f"{'would delete' if args.dry_run else 'deleted'} {count} entries\n")
+    return 0
+
+
+def _health(args: argparse.Namespace, out: TextIO) -> int:
+    import json
+
+    from cachekit.errors import CachekitError
+    from cachekit.ops import health
+
+    try:
+        store = _open_store(args.store)
+    except CachekitError as exc:
+        out.write(json.dumps({"ok": False, "latency_ms": 0.0, "error": str(exc)}) + "\n")
+        return 1
+    try:
+        result = health(store, budget_ms=args.budget_ms)
+    finally:
+        store.close()
+    out.write(json.dumps(result.to_dict()) + "\n")
+    return 0 if result.ok else 1
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cachekit", description="Caching middleware for hosted LLM APIs.")
     parser.add_argument("--version", action="version", version=f"cachekit {__version__}")
@@ -150,6 +255,27 @@ def _build_parser() -> argparse.ArgumentParser:
         "--ledger", metavar="PATH", help="a ledger file (default: $CACHEKIT_HOME/ledger.sqlite3)"
     )
     report.set_defaults(run=_report)
+    store_help = "the store URL (default: $CACHEKIT_CACHE_URL, else SQLite under $CACHEKIT_HOME)"
+    stats = commands.add_parser("stats", help="entries and sizes per namespace, hit rates by layer")
+    stats.add_argument("--store", metavar="URL", help=store_help)
+    stats.add_argument("--namespace", help="only this namespace")
+    stats.add_argument("--ledger", metavar="PATH", help="the cost ledger for hit rates (default: the usual)")
+    stats.add_argument("--since", help="hit rates of calls since then: 7d, 12h, 30m, or an ISO date")
+    stats.add_argument("--json", action="store_true", help="print JSON")
+    stats.set_defaults(run=_stats)
+    purge = commands.add_parser("purge", help="delete entries by tenant, namespace or age")
+    purge.add_argument("--store", metavar="URL", help=store_help)
+    purge.add_argument("--tenant", help="entries of this tenant")
+    purge.add_argument("--namespace", help="entries of this namespace")
+    purge.add_argument("--older-than", metavar="AGE", help="entries written before then: 7d, 12h, 30m")
+    purge.add_argument("--dry-run", action="store_true", help="count what would be deleted")
+    purge.set_defaults(run=_purge)
+    check = commands.add_parser("health", help="probe the store (exit 0 when healthy): a readiness check")
+    check.add_argument("--store", metavar="URL", help=store_help)
+    check.add_argument(
+        "--budget-ms", type=float, default=250.0, help="slowest healthy round trip (default 250)"
+    )
+    check.set_defaults(run=_health)
     return parser
 
 
