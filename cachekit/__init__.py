@@ -22,12 +22,15 @@ from cachekit.context import CallPolicy, current_policy, policy
 from cachekit.decorator import cached
 from cachekit.errors import (
     CachekitError,
+    CacheUnavailableError,
     ConfigError,
     CorruptEntryError,
     MemoizeError,
     MissingExtraError,
     StoreError,
+    StoreUnavailableError,
 )
+from cachekit.semantic.layer import SemanticConfig
 from cachekit.stores import AsyncStore, MemoryStore, SQLiteStore, Store, store_from_url
 from cachekit.transport import AsyncCachingTransport, CachingTransport
 
@@ -66,6 +69,7 @@ __all__ = [
     "AsyncStore",
     "Cache",
     "CacheConfig",
+    "CacheUnavailableError",
     "CachekitError",
     "CachingTransport",
     "CallPolicy",
@@ -76,8 +80,10 @@ __all__ = [
     "MissingExtraError",
     "OpenAI",
     "SQLiteStore",
+    "SemanticConfig",
     "Store",
     "StoreError",
+    "StoreUnavailableError",
     "__version__",
     "cache_of",
     "cached",

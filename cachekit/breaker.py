@@ -123,7 +123,11 @@ class CircuitBreaker:
         if self._state == "closed" and self._failures == 0:
             return
         with self._lock:
-            if self._state != "closed":
+            if self._state == "open":
+                # A call let through before the breaker opened, answering late: only the probe (let
+                # through in half-open) may close it.
+                return
+            if self._state == "half-open":
                 logger.info("%s answers again; closing the circuit breaker", self._name)
             self._state = "closed"
             self._failures = 0
@@ -134,13 +138,13 @@ class CircuitBreaker:
         """Report a failed backend call (an error or a timeout)."""
         with self._lock:
             now = self._clock()
-            if self._state == "half-open" or self._current_state(now) == "half-open":
+            if self._state == "half-open":
                 # The probe failed: back to open, waiting longer this time.
                 self._cooldown = min(self._cooldown * 2, self._max_cooldown)
                 self._open(now)
                 return
             if self._state == "open":
-                return  # a call let through before the breaker opened, failing late
+                return  # a call let through before the breaker opened, failing late: not a probe
             self._failures += 1
             if self._failures >= self._threshold:
                 self._open(now)

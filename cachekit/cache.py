@@ -71,6 +71,7 @@ class Cache:
             if self._closed:
                 return
             self._closed = True
+        self.pipeline.close_semantic()
         if self._owns_store and self.sync_store is not None:
             self.sync_store.close()
 
@@ -81,6 +82,7 @@ class Cache:
                 if self._closed:
                     return
                 self._closed = True
+            self.pipeline.close_semantic()
             await self.async_store.aclose()
         else:
             self.close()

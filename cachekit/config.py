@@ -18,6 +18,7 @@ from cachekit.stores.base import AsyncStore, Store
 
 if TYPE_CHECKING:
     from cachekit.cost.ledger import Ledger
+    from cachekit.semantic.layer import SemanticConfig
 
 __all__ = ["DEFAULT_TTL", "CacheConfig", "Mode", "OnCacheError", "cachekit_home"]
 
@@ -79,12 +80,17 @@ class CacheConfig:
         store_prompts: ``False`` keeps prompt text that a provider echoes in its response (the
             Responses API's ``instructions`` and ``tools``) out of the store; it is put back from the
             request on replay. Request bodies themselves are never stored, only their digest.
+        semantic: the semantic cache: ``False`` (default: off, though a request or call site may opt
+            in), ``True`` (on, with the defaults: a memory index and the bundled all-MiniLM-L6-v2), or a
+            :class:`cachekit.semantic.SemanticConfig` (index URL, threshold, ...). Needs the
+            ``semantic`` extra.
         encryption_keys: encrypt stored responses at rest with AES-256-GCM: a mapping of key id to
             32-byte key (the first is current), or a spec ``"kid:base64key,kid2:..."``; needs the
             ``encryption`` extra. An entry that does not decrypt is a miss.
     """
 
-    store: Store | AsyncStore | str | None = None
+    # Not in the repr: a store URL may carry a password (redis://user:password@host).
+    store: Store | AsyncStore | str | None = field(default=None, repr=False)
     enabled: bool = True
     ttl: float | None = DEFAULT_TTL
     namespace: str = "default"
@@ -100,6 +106,7 @@ class CacheConfig:
     breaker_threshold: int = 3
     breaker_cooldown: float = 1.0
     store_prompts: bool = True
+    semantic: SemanticConfig | bool = False
     encryption_keys: Mapping[str, bytes] | str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

@@ -38,6 +38,8 @@ class CallPolicy:
     ttl: float | _Unset | None = UNSET
     mode: Mode | None = None
     site: str | None = None
+    #: Opt in to (``True``) or out of (``False``) the semantic cache; ``None`` defers to the client.
+    semantic: bool | None = None
 
     def merged(self, inner: CallPolicy) -> CallPolicy:
         """The policy in force when ``inner`` is entered inside ``self``: inner's set fields win."""
@@ -48,6 +50,7 @@ class CallPolicy:
             ttl=self.ttl if isinstance(inner.ttl, _Unset) else inner.ttl,
             mode=inner.mode if inner.mode is not None else self.mode,
             site=inner.site if inner.site is not None else self.site,
+            semantic=inner.semantic if inner.semantic is not None else self.semantic,
         )
 
 
@@ -68,6 +71,7 @@ def make_policy(
     bypass: bool,
     mode: str | None,
     site: str | None = None,
+    semantic: bool | None = None,
 ) -> CallPolicy:
     """Validate decorator arguments into a :class:`CallPolicy`."""
     if bypass and mode not in (None, "bypass"):
@@ -78,7 +82,9 @@ def make_policy(
     if not isinstance(ttl, _Unset) and ttl is not None and not ttl > 0:
         raise ConfigError(f"ttl must be a positive number of seconds or None, not {ttl!r}")
     checked = cast("Mode | None", chosen)  # validated against MODES above
-    return CallPolicy(tenant=tenant, namespace=namespace, ttl=ttl, mode=checked, site=site)
+    if semantic is not None and not isinstance(semantic, bool):
+        raise ConfigError(f"semantic must be True, False or None, not {semantic!r}")
+    return CallPolicy(tenant=tenant, namespace=namespace, ttl=ttl, mode=checked, site=site, semantic=semantic)
 
 
 @contextmanager
@@ -90,12 +96,21 @@ def policy(
     bypass: bool = False,
     mode: str | None = None,
     site: str | None = None,
+    semantic: bool | None = None,
 ) -> Iterator[CallPolicy]:
     """Apply a cache policy to every LLM call made inside the ``with`` block (threads and tasks
     started inside inherit it through :mod:`contextvars`). ``site`` labels the calls in the cost
-    ledger."""
+    ledger; ``semantic`` opts the calls in to (or out of) the semantic cache."""
     entered = _current.get().merged(
-        make_policy(tenant=tenant, namespace=namespace, ttl=ttl, bypass=bypass, mode=mode, site=site)
+        make_policy(
+            tenant=tenant,
+            namespace=namespace,
+            ttl=ttl,
+            bypass=bypass,
+            mode=mode,
+            site=site,
+            semantic=semantic,
+        )
     )
     token = _current.set(entered)
     try:

@@ -171,6 +171,7 @@ def cached(
     cache: CacheLike = None,
     site: str | None = None,
     name: str | None = None,
+    semantic: bool | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -187,6 +188,7 @@ def cached(
     cache: CacheLike = None,
     site: str | None = None,
     name: str | None = None,
+    semantic: bool | None = None,
 ) -> F | Callable[[F], F]:
     """Set the cache policy for the LLM calls made inside the decorated function.
 
@@ -203,6 +205,7 @@ def cached(
             qualified name).
         name: the memo entries' function name (default: its qualified name); required for nested
             functions, whose qualified names do not tell closures apart.
+        semantic: opt these calls in to (``True``) or out of (``False``) the semantic cache.
 
     Works on sync and async functions; nested decorators combine (the inner one's settings win).
     """
@@ -210,7 +213,13 @@ def cached(
     def decorate(fn: F) -> F:
         label = site if site is not None else f"{fn.__module__}.{fn.__qualname__}"
         policy = make_policy(
-            tenant=tenant, namespace=namespace, ttl=ttl, bypass=bypass, mode=mode, site=label
+            tenant=tenant,
+            namespace=namespace,
+            ttl=ttl,
+            bypass=bypass,
+            mode=mode,
+            site=label,
+            semantic=semantic,
         )
         memo = _Memo(fn, cache, policy, name) if memoize else None
 

@@ -64,7 +64,8 @@ ECHOED_FIELDS: Mapping[Dialect, tuple[str, ...]] = {
     "anthropic_messages": (),
     "anthropic_count_tokens": (),
     "openai_chat": (),
-    "openai_responses": ("instructions", "tools"),
+    # ``prompt``: a stored prompt template's id, version and the caller's ``variables`` (user data).
+    "openai_responses": ("instructions", "tools", "prompt"),
 }
 
 # Stream events carrying a whole Response object under "response" have types with this prefix

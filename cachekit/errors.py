@@ -7,6 +7,7 @@
     ├── MissingExtraError      an optional extra is not installed (also an ImportError)
     ├── MemoizeError           a memoized function's arguments or result are not JSON (also a TypeError)
     └── StoreError             a cache store failed; caught on the request path (on_cache_error="bypass")
+        ├── StoreUnavailableError  the backend did not answer (refused, timed out): trips the breaker
         ├── CorruptEntryError  a stored entry could not be decoded; treated as a miss and overwritten
         └── CacheUnavailableError  raised to the caller only with on_cache_error="raise"
 
@@ -24,6 +25,7 @@ __all__ = [
     "MemoizeError",
     "MissingExtraError",
     "StoreError",
+    "StoreUnavailableError",
 ]
 
 
@@ -53,6 +55,14 @@ class MemoizeError(CachekitError, TypeError):
 
 class StoreError(CachekitError):
     """A cache store failed to read or write. The transport logs it and goes upstream."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store's backend did not answer: connection refused or reset, a timeout, a cluster down.
+
+    Only these open the circuit breaker; a backend that answers with an error (out of memory under
+    ``noeviction``, a refused command) is up, so its reads keep being used.
+    """
 
 
 class CacheUnavailableError(StoreError):

@@ -88,9 +88,14 @@ def tenant_partition(tenant: str) -> PartitionId:
     return PartitionId("tenant:" + tenant)
 
 
-def digest_fields(fields: Iterable[bytes], *, domain: bytes) -> str:
-    """Hash ``fields`` unambiguously under ``domain``: each field is preceded by its 8-byte length."""
-    h = hashlib.sha256()
+def digest_fields(fields: Iterable[bytes], *, domain: bytes, secret: bytes | None = None) -> str:
+    """Hash ``fields`` unambiguously under ``domain``: each field is preceded by its 8-byte length.
+
+    With ``secret`` the digest is an HMAC-SHA256 keyed by it, so nobody without the secret can
+    compute the key of a request they can guess (to learn whether a tenant asked it, or to plant an
+    answer under it).
+    """
+    h = hmac.new(secret, digestmod=hashlib.sha256) if secret is not None else hashlib.sha256()
     for field in (domain, *fields):
         h.update(len(field).to_bytes(8, "big"))
         h.update(field)
@@ -138,13 +143,15 @@ def exact_key(
     query: bytes,
     headers: Iterable[tuple[str, str]],
     body_digest: bytes,
+    secret: bytes | None = None,
 ) -> str:
     """The store key of an exact-match entry.
 
     ``body_digest`` is the SHA-256 of the canonical body (without the fields that only choose the
     answer's form): hashing a fixed-size digest instead of the body lets a pipeline remember it per
     request and skip re-parsing bodies it has seen. The readable prefix (schema, namespace, partition)
-    lets operators purge a namespace or a tenant; everything that changes the answer is in the digest.
+    lets operators purge a namespace or a tenant; everything that changes the answer is in the digest,
+    an HMAC under the store's ``secret`` when one is given (the pipeline always gives it).
     """
     header_bytes = b"\n".join(f"{name}:{value}".encode() for name, value in headers)
     digest = digest_fields(
@@ -159,5 +166,6 @@ def exact_key(
             body_digest,
         ),
         domain=_EXACT_DOMAIN,
+        secret=secret,
     )
     return store_key(EXACT_KIND, namespace, partition, digest)

@@ -18,7 +18,7 @@ from typing import Any
 
 from cachekit.errors import ConfigError, StoreError
 from cachekit.keys import EXACT_KIND, MEMO_KIND, KeyParts, key_prefix, parse_key, tenant_partition
-from cachekit.stores.base import EntryInfo, Inspectable, Store
+from cachekit.stores.base import EntryInfo, Inspectable, Store, is_inspectable
 
 __all__ = ["Health", "NamespaceStats", "StoreStats", "health", "purge", "store_stats"]
 
@@ -60,7 +60,7 @@ class StoreStats:
 
 
 def _inspectable(store: object) -> Inspectable:
-    if not all(hasattr(type(store), name) for name in ("entries", "delete_many", "ping")):
+    if not is_inspectable(store):
         raise ConfigError(f"{type(store).__name__} cannot be listed (it has no entries/delete_many/ping)")
     return store  # type: ignore[return-value]  # checked by name above, without touching properties
 

@@ -14,6 +14,8 @@ Effects and what the driver sends back:
 * :class:`Wait` → ``None`` once the flight landed or the timeout passed
 * :class:`Tee` → ``None``; the driver wraps the response's stream so the recorder sees each chunk as it
   passes to the caller, and when the stream ends performs ``on_end``'s store write, then ``release``
+* :class:`Offload` → what its function returns; the async driver runs it in a worker thread
+  (embedding and vector search for the semantic cache)
 
 A driver throws an effect's exception back into the generator; cache-path failures are caught here
 (logged, counted, then the request goes upstream) and everything else propagates to the caller.
@@ -26,12 +28,13 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import re
 import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -42,18 +45,36 @@ from cachekit.breaker import CircuitBreaker
 from cachekit.config import MODES, CacheConfig, Mode
 from cachekit.context import UNSET, CallPolicy, current_policy
 from cachekit.cost.ledger import Ledger, Outcome
-from cachekit.errors import CacheUnavailableError, CorruptEntryError
+from cachekit.errors import CacheUnavailableError, CorruptEntryError, StoreError, StoreUnavailableError
 from cachekit.flights import Flight, Flights
 from cachekit.keys import exact_key, partition_for
 from cachekit.providers import CREDENTIAL_HEADERS, Route, error_body, route_request
+from cachekit.semantic.base import DimensionMismatchError
 from cachekit.stores import record
 
-__all__ = ["Effect", "Exchange", "Load", "Pipeline", "PipelineStats", "Read", "Save", "Send", "Tee", "Wait"]
+if TYPE_CHECKING:
+    from cachekit.semantic.layer import Lookup, SemanticLayer
+
+__all__ = [
+    "Effect",
+    "Exchange",
+    "Load",
+    "Offload",
+    "Pipeline",
+    "PipelineStats",
+    "Read",
+    "Save",
+    "Send",
+    "Tee",
+    "Wait",
+]
 
 logger = logging.getLogger("cachekit.pipeline")
 
 CONTROL_PREFIX = "x-cachekit"
 CACHE_HEADER = "x-cachekit-cache"
+#: On a semantic hit: the cosine similarity between the question asked and the one answered.
+SIMILARITY_HEADER = "x-cachekit-similarity"
 KEY_HEADER = "x-cachekit-key"
 
 # Response headers that describe one connection or one client rather than the answer. They are not
@@ -133,7 +154,18 @@ class Tee:
     stored: Callable[[Exception | None], None]
 
 
-Effect = Send | Load | Save | Read | Wait | Tee
+@dataclass(frozen=True, slots=True)
+class Offload:
+    """Run ``fn`` (CPU-bound or blocking: embedding a question, a vector search) and return its result.
+
+    The sync driver calls it inline; the async driver runs it in a worker thread so the event loop
+    never waits on a model.
+    """
+
+    fn: Callable[[], Any]
+
+
+Effect = Send | Load | Save | Read | Wait | Tee | Offload
 Exchange = Generator[Effect, Any, Response]
 
 
@@ -149,6 +181,10 @@ class PipelineStats:
     store_errors: int = 0
     #: Store calls skipped without trying (the circuit breaker was open).
     store_skips: int = 0
+    semantic_hits: int = 0
+    semantic_errors: int = 0
+    #: Semantic lookups skipped without trying (the semantic layer's breaker was open).
+    semantic_skips: int = 0
     corrupt_entries: int = 0
     coalesced: int = 0
     incomplete_streams: int = 0
@@ -169,6 +205,9 @@ class _Control:
     tenant: str | None
     namespace: str
     site: str | None
+    #: The semantic cache for this request: on, off, or ``None`` (the client's setting).
+    semantic: bool | None = None
+    semantic_threshold: float | None = None
 
 
 def _json_content(request: Request, headers: dict[str, str]) -> bytes | None:
@@ -248,6 +287,16 @@ class _Call:
     form: _Form
     control: _Control
     model: str
+    #: The exact partition (tenant or credential HMAC): it bounds the semantic partition too.
+    partition: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _SemanticCall:
+    """A semantic lookup that missed, kept to index the fresh answer once it is stored."""
+
+    layer: SemanticLayer
+    lookup: Lookup
 
 
 class _BadControl(ValueError):
@@ -268,7 +317,30 @@ def _read_control(headers: dict[str, str], config: CacheConfig, context: CallPol
             raise _BadControl(f"x-cachekit-ttl must be a positive number of seconds, not {raw_ttl!r}")
     tenant = headers.get(CONTROL_PREFIX + "-tenant") or context.tenant or config.tenant
     namespace = headers.get(CONTROL_PREFIX + "-namespace") or context.namespace or config.namespace
-    return _Control(mode, ttl, tenant, namespace, context.site)  # type: ignore[arg-type]  # mode checked above
+    semantic, threshold = context.semantic, None
+    if (raw_semantic := headers.get(CONTROL_PREFIX + "-semantic")) is not None:
+        semantic, threshold = _semantic_header(raw_semantic)
+    return _Control(mode, ttl, tenant, namespace, context.site, semantic, threshold)  # type: ignore[arg-type]
+
+
+def _semantic_header(value: str) -> tuple[bool, float | None]:
+    """``x-cachekit-semantic``: ``on``/``off`` (also true/false, 1/0), or a threshold (implies on)."""
+    word = value.strip().lower()
+    if word in ("on", "true", "yes"):
+        return True, None
+    if word in ("off", "false", "no", "0"):
+        return False, None
+    if word == "1":
+        return True, None
+    try:
+        threshold = float(word)
+    except ValueError:
+        threshold = math.nan
+    if not -1.0 <= threshold <= 1.0:
+        raise _BadControl(
+            f"x-cachekit-semantic must be on, off or a cosine threshold in [-1, 1], not {value!r}"
+        )
+    return True, threshold
 
 
 def _strip_control_headers(request: Request, headers: dict[str, str]) -> None:
@@ -290,6 +362,10 @@ def _is_event_stream(content_type: str | None) -> bool:
 
 def _nothing() -> None:
     """A release for a stream that no flight waits on."""
+
+
+def _ignored(exc: Exception | None) -> None:
+    """The outcome of a store write that never happens (a bypassed stream)."""
 
 
 def _kept_headers(response: Response) -> tuple[tuple[str, str], ...]:
@@ -379,6 +455,16 @@ class Pipeline:
         )
         self.stats = PipelineStats()
         self._flights = Flights(stale_after=config.coalesce_timeout)
+        self._semantic: SemanticLayer | None = None
+        self._semantic_lock = threading.Lock()
+        #: Skips the semantic layer while its index or embedder keeps failing.
+        self.semantic_breaker = CircuitBreaker(
+            failure_threshold=config.breaker_threshold,
+            cooldown=config.breaker_cooldown,
+            name="semantic layer",
+        )
+        if config.semantic:
+            self._semantic = self._build_semantic()
         self._credential_headers = CREDENTIAL_HEADERS + tuple(h.lower() for h in config.credential_headers)
         self._seen: dict[bytes, _Seen] = {}
         self._seen_lock = threading.Lock()
@@ -420,7 +506,7 @@ class Pipeline:
             if content is not None and (body := body or _parse_object(content)) is not None:
                 with contextlib.suppress(_NotCanonical):  # then it goes as the caller wrote it
                     request = self._canonical_request(request, route.dialect, body)[0]
-            return (yield from self._uncached(request, route.dialect, control))
+            return (yield from self._uncached(request, route, control))
 
         if seen is None:
             parsed = cast("dict[str, Any]", body)  # not None: the branch above took that case
@@ -428,23 +514,21 @@ class Pipeline:
                 request, body_bytes = self._canonical_request(request, route.dialect, parsed)
             except _NotCanonical:
                 # Valid JSON that cannot be keyed (nested deeper than orjson writes): as it is.
-                return (yield from self._uncached(request, route.dialect, control))
+                return (yield from self._uncached(request, route, control))
             seen = self._remember(digest, route.dialect, parsed, body_bytes)
-        key = self._key(
+        keyed = self._key(
             request=request, headers=headers, route=route, control=control, body_digest=seen.digest
         )
-        if key is None:  # the store could not give its secret: no key, so no caching for this call
-            return (yield from self._uncached(request, route.dialect, control))
-        call = _Call(key, route, seen.form, control, seen.model)
+        if keyed is None:  # the store could not give its secret: no key, so no caching for this call
+            return (yield from self._uncached(request, route, control))
+        key, partition = keyed
+        call = _Call(key, route, seen.form, control, seen.model, partition)
         flight: Flight | None = None
+        semantic: _SemanticCall | None = None
         if control.mode != "refresh":
-            served, flight = yield from self._find(call, coalesce=control.mode != "only-if-cached")
-            if served is not None:
-                return self._replay(request, self._reechoed(route.dialect, served, request), key)
-            if control.mode == "only-if-cached":
-                self.stats.add("misses")
-                message = "cachekit: not in cache (x-cachekit: only-if-cached)"
-                return self._synthetic(request, route.dialect, 504, "api_error", message)
+            answer, flight, semantic = yield from self._from_cache(request, call, body)
+            if answer is not None:
+                return answer
         if body is None:
             # Known bytes but no stored answer: canonicalize now, since the canonical body is what
             # goes upstream.
@@ -456,7 +540,38 @@ class Pipeline:
                 if flight is not None:
                     self._flights.land(key, flight)
                 raise
-        return (yield from self._fetch(request, call, flight))
+        return (yield from self._fetch(request, call, flight, semantic))
+
+    def _from_cache(
+        self, request: Request, call: _Call, body: dict[str, Any] | None
+    ) -> Generator[Effect, Any, tuple[Response | None, Flight | None, _SemanticCall | None]]:
+        """The answer from the exact cache, then the semantic one; else ``None``, the flight this
+        request now leads (single-flight) and what the semantic layer needs to index the answer."""
+        dialect, control, key = call.route.dialect, call.control, call.key
+        served, flight = yield from self._find(call, coalesce=control.mode != "only-if-cached")
+        if served is not None:
+            replayed = self._reechoed(dialect, served, request)
+            if replayed is not None:
+                return self._replay(request, replayed, key), None, None
+            # The echoed prompt could not be put back: answered upstream instead (flight is None).
+        semantic: _SemanticCall | None = None
+        layer = self._semantic_for(control)
+        if layer is not None:
+            try:
+                answer, semantic = yield from self._semantic_find(layer, request, call, body)
+            except BaseException:
+                if flight is not None:
+                    self._flights.land(key, flight)
+                raise
+            if answer is not None:
+                if flight is not None:
+                    self._flights.land(key, flight)
+                return answer, None, None
+        if control.mode == "only-if-cached":
+            self.stats.add("misses")
+            message = "cachekit: not in cache (x-cachekit: only-if-cached)"
+            return self._synthetic(request, dialect, 504, "api_error", message), None, None
+        return None, flight, semantic
 
     def _unechoed(self, dialect: Dialect, form: record.BodyForm, body: bytes) -> bytes:
         """``body`` without the prompt fields the provider echoed, when prompts must not be stored."""
@@ -466,25 +581,183 @@ class Pipeline:
 
     def _reechoed(
         self, dialect: Dialect, served: record.CachedResponse, request: Request
-    ) -> record.CachedResponse:
-        """A hit with the echoed prompt fields put back from the request (see :mod:`cachekit.echo`)."""
+    ) -> record.CachedResponse | None:
+        """A hit with the echoed prompt fields put back from the request (see :mod:`cachekit.echo`),
+        or ``None`` when they cannot be (then the request is answered upstream)."""
         if self.config.store_prompts or not echo.ECHOED_FIELDS[dialect]:
             return served
         body = _parse_object(request.content)  # the canonical request: same fields as the original's
         if body is None:
             return served
-        return replace(served, body=echo.restore_echo(dialect, served.form, served.body, body))
+        try:
+            restored = echo.restore_echo(dialect, served.form, served.body, body)
+        except (TypeError, ValueError, RecursionError) as exc:  # e.g. nesting deeper than orjson writes
+            logger.warning("cannot restore the echoed prompt of a cached answer; going upstream: %s", exc)
+            return None
+        return replace(served, body=restored)
 
-    def _uncached(self, request: Request, dialect: Dialect, control: _Control) -> Exchange:
+    # -- the semantic layer ----------------------------------------------------------------------------
+
+    def _build_semantic(self) -> SemanticLayer:
+        from cachekit.semantic.layer import SemanticConfig, SemanticLayer
+
+        setting = self.config.semantic
+        semantic_config = (
+            setting if isinstance(setting, SemanticConfig) else SemanticConfig(enabled=bool(setting))
+        )
+        return SemanticLayer(semantic_config, store_prompts=self.config.store_prompts)
+
+    @property
+    def semantic(self) -> SemanticLayer | None:
+        """The semantic layer, once configured or first opted in to (its ``stats`` count its work)."""
+        return self._semantic
+
+    def close_semantic(self) -> None:
+        """Close the semantic layer's index if it opened one."""
+        if self._semantic is not None:
+            self._semantic.close()
+
+    def _semantic_for(self, control: _Control) -> SemanticLayer | None:
+        """The semantic layer when this request uses it (client setting, call site or header)."""
+        layer = self._semantic
+        wanted = (
+            control.semantic if control.semantic is not None else (layer is not None and layer.config.enabled)
+        )
+        if not wanted:
+            return None
+        if layer is None:  # opted in per request or call site on a client without a semantic config
+            with self._semantic_lock:
+                if self._semantic is None:
+                    self._semantic = self._build_semantic()
+                layer = self._semantic
+        return layer
+
+    def _semantic_find(
+        self, layer: SemanticLayer, request: Request, call: _Call, body: dict[str, Any] | None
+    ) -> Generator[Effect, Any, tuple[Response | None, _SemanticCall | None]]:
+        """After an exact miss: the stored answer of a question that means the same, if any.
+
+        Returns the response to serve (or ``None``) and what :meth:`_fetch` needs to index the fresh
+        answer. Any failure of the embedder or index is a counted miss, never the caller's error.
+        """
+        parsed = body if body is not None else _parse_object(request.content)
+        if parsed is None:
+            return None, None
+        if not self.semantic_breaker.allow():
+            self.stats.add("semantic_skips")
+            return None, None
+        scope = (call.control.namespace, call.partition, call.route.base_url, request.url.path)
+
+        def look() -> Lookup | None:
+            prepared = layer.prepare(
+                call.route.dialect,
+                parsed,
+                scope=scope,
+                options=self._options,
+                ignore_fields=self.config.ignore_fields,
+            )
+            return None if prepared is None else layer.lookup(prepared, call.control.semantic_threshold)
+
+        try:
+            found: Lookup | None = yield Offload(look)
+        except Exception as exc:
+            self._semantic_failed("lookup", exc, layer)
+            return None, None
+        self.semantic_breaker.success()
+        if found is None:
+            return None, None
+        semantic = _SemanticCall(layer, found)
+        hit = found.hit
+        if hit is None:
+            return None, semantic
+        served, failed, source = yield from self._lookup(hit.entry_key, call.route.dialect, call.form)
+        if served is None or source is None:
+            if not failed:  # the indexed answer expired or was evicted: drop it from the index too
+                yield from self._semantic_step(semantic, "forget", hit.entry_key, None)
+            return None, semantic
+        self.stats.add("semantic_hits")
+        logger.debug("semantic hit similarity=%.4f key=%s", hit.similarity, hit.entry_key[-16:])
+        self._account(call, source, "semantic_hit")
+        replayed = self._reechoed(call.route.dialect, served, request)
+        if replayed is None:
+            return None, semantic
+        extra = ((SIMILARITY_HEADER, f"{hit.similarity:.4f}"),)
+        return self._replay(request, replayed, hit.entry_key, "semantic", extra), None
+
+    def _semantic_step(
+        self, semantic: _SemanticCall, what: str, entry_key: str, ttl: float | None
+    ) -> Generator[Effect, Any, None]:
+        """Index a stored answer (``remember``) or drop a stale one (``forget``); failures are counted."""
+        layer, found = semantic.layer, semantic.lookup
+        if what == "remember":
+            action: Callable[[], None] = lambda: layer.remember(found, entry_key, ttl)  # noqa: E731
+        else:
+            action = lambda: layer.forget(found.request.partition, entry_key)  # noqa: E731
+        try:
+            yield Offload(action)
+        except Exception as exc:
+            self._semantic_failed(what, exc, layer)
+        else:
+            self.semantic_breaker.success()
+
+    def _stream_stored(self, exc: Exception | None, call: _Call, semantic: _SemanticCall | None) -> None:
+        """A streamed answer's store write finished: count it and, when stored, index it.
+
+        Runs in the stream's driver at the end of the stream, so the index write is inline here (a
+        memory index takes microseconds; a Redis one is bounded by its timeout).
+        """
+        self._saved(exc)
+        if exc is not None or semantic is None:
+            return
+        try:
+            semantic.layer.remember(semantic.lookup, call.key, call.control.ttl)
+        except Exception as failure:
+            self._semantic_failed("remember", failure, semantic.layer)
+
+    def _semantic_failed(self, what: str, exc: Exception, layer: SemanticLayer) -> None:
+        self.semantic_breaker.failure()
+        layer.stats.add("errors")
+        self.stats.add("semantic_errors")
+        if isinstance(exc, DimensionMismatchError):
+            logger.error("semantic %s refused: %s", what, exc)
+        else:
+            logger.warning("semantic %s failed, going on without it: %s: %s", what, type(exc).__name__, exc)
+
+    def _uncached(self, request: Request, route: Route, control: _Control) -> Exchange:
         """Send a request the cache cannot answer (not keyable, cache off, bypassed, store secret
-        unavailable) — unless the caller said never to go upstream."""
+        unavailable) — unless the caller said never to go upstream. Its cost is still recorded."""
         if control.mode == "only-if-cached":
             self.stats.add("misses")
             message = "cachekit: this request cannot be answered from the cache (x-cachekit: only-if-cached)"
-            return self._synthetic(request, dialect, 504, "api_error", message)
+            return self._synthetic(request, route.dialect, 504, "api_error", message)
         self.stats.add("bypasses")
         response = yield Send(request)
-        return self._tag(response, "bypass", None)
+        tagged = self._tag(response, "bypass", None)
+        if self._ledger is None or not 200 <= response.status_code < 300:
+            return tagged
+        call = _Call("", route, _Form(False, False), control, "")
+        content_type = response.headers.get("content-type")
+        if _is_event_stream(content_type):
+            # Recorded as it passes, accounted when it ends; nothing is stored.
+            status, kept = response.status_code, _kept_headers(response)
+
+            def account(raw: bytes | None) -> None:
+                if raw is not None:
+                    self._account(call, record.CachedResponse(status, kept, raw, 0.0, "sse"), "bypass")
+
+            yield Tee(
+                response,
+                sse.StreamRecorder(route.dialect),
+                on_end=account,
+                release=_nothing,
+                stored=_ignored,
+            )
+        elif _is_json(content_type):
+            yield Read(response)
+            self._account(
+                call, record.CachedResponse(response.status_code, (), response.content, 0.0), "bypass"
+            )
+        return tagged
 
     def _remember(self, digest: bytes, dialect: Dialect, body: dict[str, Any], body_bytes: bytes) -> _Seen:
         """Work out (and remember by ``digest``) what the key needs from a parsed body."""
@@ -546,7 +819,9 @@ class Pipeline:
         )
         self._account(call, source, "exact_hit")
 
-    def _fetch(self, request: Request, call: _Call, flight: Flight | None) -> Exchange:
+    def _fetch(
+        self, request: Request, call: _Call, flight: Flight | None, semantic: _SemanticCall | None = None
+    ) -> Exchange:
         """A miss: go upstream, store a complete 2xx answer, land the flight (if this request leads one)."""
         key, route, ttl = call.key, call.route, call.control.ttl
         handed_off = False
@@ -566,7 +841,7 @@ class Pipeline:
                     sse.StreamRecorder(route.dialect),
                     on_end=lambda raw: self._stream_entry(call, status, kept, raw),
                     release=(lambda: self._flights.land(key, flight)) if flight is not None else _nothing,
-                    stored=self._saved,
+                    stored=lambda exc: self._stream_stored(exc, call, semantic),
                 )
                 handed_off = True
                 return self._tag(response, "miss", key)
@@ -592,6 +867,9 @@ class Pipeline:
                     self._saved(None)
                 except Exception as exc:  # a failing store must never fail the user's call
                     self._saved(exc)
+                else:
+                    if semantic is not None:
+                        yield from self._semantic_step(semantic, "remember", key, ttl)
             else:
                 self.stats.add("store_skips")
             self._account(call, stored, None, document)
@@ -611,12 +889,12 @@ class Pipeline:
             self.stats.add("incomplete_streams")
             logger.debug("stream for key=%s ended incomplete or with an error; not stored", call.key[-16:])
             return None
+        answer = record.CachedResponse(status, headers, raw, self._clock(), form="sse")
+        self._account(call, answer, None)  # paid for whether or not it can be stored
         if not self.breaker.allow():
             self.stats.add("store_skips")
             return None
-        raw = self._unechoed(call.route.dialect, "sse", raw)
-        entry = record.CachedResponse(status, headers, raw, self._clock(), form="sse")
-        self._account(call, entry, None)
+        entry = replace(answer, body=self._unechoed(call.route.dialect, "sse", raw))
         return Save(call.key, record.encode(entry), call.control.ttl)
 
     def _account(
@@ -672,8 +950,8 @@ class Pipeline:
         route: Route,
         control: _Control,
         body_digest: bytes,
-    ) -> str | None:
-        secret = self._secret if self._secret is not None else self._load_secret()
+    ) -> tuple[str, str] | None:
+        secret = self._current_secret()
         if secret is None:
             return None
         partition = partition_for(
@@ -683,7 +961,7 @@ class Pipeline:
             tenant=control.tenant,
             share_across_credentials=self.config.share_across_credentials,
         )
-        return exact_key(
+        key = exact_key(
             namespace=control.namespace,
             partition=partition,
             method=request.method,
@@ -692,7 +970,18 @@ class Pipeline:
             query=request.url.query,
             headers=[(name, headers.get(name, "")) for name in route.key_headers],
             body_digest=body_digest,
+            secret=secret,
         )
+        return key, partition
+
+    def _current_secret(self) -> bytes | None:
+        """The store's secret: asked of the store on each request (stores keep it in memory; a network
+        store re-checks it now and then, so processes converge on one after the store loses it)."""
+        if self._secret_source is None or self._secret is None:
+            return self._secret if self._secret is not None else self._load_secret()
+        with contextlib.suppress(Exception):  # the store could not check: keep the last known secret
+            self._secret = self._secret_source()
+        return self._secret
 
     def _load_secret(self) -> bytes | None:
         """The store's secret, read once; ``None`` while the store cannot give it (counted, and
@@ -747,7 +1036,7 @@ class Pipeline:
         if exc is None:
             self.stats.add("store_skips")
         else:
-            self.breaker.failure()
+            self._report(exc)
             self.stats.add("store_errors")
             logger.warning(
                 "cache %s failed, going on without the cache: %s: %s", what, type(exc).__name__, exc
@@ -756,6 +1045,17 @@ class Pipeline:
             reason = "its circuit breaker is open" if exc is None else f"{type(exc).__name__}: {exc}"
             raise CacheUnavailableError(f"cache {what} failed ({reason}); on_cache_error='raise'") from exc
 
+    def _report(self, exc: Exception) -> None:
+        """Tell the breaker about a failed store call: only a backend that did not answer counts.
+
+        An error *reply* (Redis out of memory under ``noeviction``, a refused write) means the store is
+        up: its reads still work, so they must not be skipped.
+        """
+        if isinstance(exc, StoreError) and not isinstance(exc, StoreUnavailableError):
+            self.breaker.success()
+        else:
+            self.breaker.failure()
+
     def _saved(self, exc: Exception | None) -> None:
         """The outcome of a store write. A failed write is logged and counted, never raised: the
         caller already has (and has paid for) the fresh answer."""
@@ -763,17 +1063,22 @@ class Pipeline:
             self.breaker.success()
             self.stats.add("stores")
             return
-        self.breaker.failure()
+        self._report(exc)
         self.stats.add("store_errors")
         logger.warning("cache store failed, the answer is not cached: %s: %s", type(exc).__name__, exc)
 
     # -- responses ----------------------------------------------------------------------------------
 
     def _replay(
-        self, request: Request, cached: record.CachedResponse, key: str, outcome: CacheOutcome = "hit"
+        self,
+        request: Request,
+        cached: record.CachedResponse,
+        key: str,
+        outcome: CacheOutcome = "hit",
+        extra: tuple[tuple[str, str], ...] = (),
     ) -> Response:
-        headers = [*cached.headers, (CACHE_HEADER, outcome), (KEY_HEADER, key[-16:])]
-        if outcome == "hit":
+        headers = [*cached.headers, (CACHE_HEADER, outcome), (KEY_HEADER, key[-16:]), *extra]
+        if outcome in ("hit", "semantic"):
             headers.append(("age", str(max(0, int(self._clock() - cached.created_at)))))
         return build_response(library_of(request), cached.status, headers, cached.body)
 

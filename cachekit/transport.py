@@ -23,11 +23,12 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import ModuleType, TracebackType
 from typing import Any
 
+import anyio.to_thread
 import httpx2
 
 from cachekit._http import Request, Response, library_of
 from cachekit.cache import Cache, CacheLike, as_cache
-from cachekit.pipeline import Effect, Exchange, Load, PipelineStats, Read, Save, Send, Tee, Wait
+from cachekit.pipeline import Effect, Exchange, Load, Offload, PipelineStats, Read, Save, Send, Tee, Wait
 from cachekit.stores.base import AsyncStore, Store
 
 __all__ = ["AsyncCachingTransport", "CachingTransport"]
@@ -323,6 +324,8 @@ class CachingTransport(_CachingBase, httpx2.BaseTransport):
                 return effect.response.read()
             if isinstance(effect, Wait):
                 return effect.flight.wait(effect.timeout)
+            if isinstance(effect, Offload):
+                return effect.fn()
             if isinstance(effect, Tee):
                 response = effect.response
                 tee = _tee_class(library_of(response), False)(response.stream, effect, store)
@@ -396,6 +399,8 @@ class AsyncCachingTransport(_CachingBase, httpx2.AsyncBaseTransport):
                 return await effect.response.aread()
             if isinstance(effect, Wait):
                 return await effect.flight.wait_async(effect.timeout)
+            if isinstance(effect, Offload):
+                return await anyio.to_thread.run_sync(effect.fn)
             if isinstance(effect, Tee):
                 response = effect.response
                 tee = _tee_class(library_of(response), True)(response.stream, effect, astore, store)

@@ -9,7 +9,7 @@ import pytest
 
 import cachekit
 from cachekit.breaker import CircuitBreaker
-from cachekit.errors import CacheUnavailableError, ConfigError, StoreError
+from cachekit.errors import CacheUnavailableError, ConfigError, StoreError, StoreUnavailableError
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.requests import openai_chat as _openai_chat
@@ -167,19 +167,19 @@ class SwitchableStore(MemoryStore):
     def secret(self) -> bytes:
         self.secret_calls += 1
         if self.down:
-            raise StoreError("secret unavailable")
+            raise StoreUnavailableError("secret unavailable")
         return super().secret
 
     def get(self, key: str) -> bytes | None:
         self.calls += 1
         if self.down:
-            raise StoreError("store is down")
+            raise StoreUnavailableError("store is down")
         return super().get(key)
 
     def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
         self.calls += 1
         if self.down:
-            raise StoreError("store is down")
+            raise StoreUnavailableError("store is down")
         super().set(key, value, ttl=ttl)
 
 
@@ -273,3 +273,38 @@ async def test_the_async_path_shares_the_breaker() -> None:
             assert (await client.post(URL, json=openai_chat(f"q{i}"))).status_code == 200
     assert store.calls == 3
     assert cache.pipeline.breaker.state == "open"
+
+
+def test_an_error_reply_does_not_open_the_breaker() -> None:
+    """A store that answers with an error (Redis out of memory under noeviction) is up: its reads
+    keep being used, so the breaker stays closed however many writes fail."""
+
+    class Full(MemoryStore):
+        def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+            raise StoreError("OOM command not allowed when used memory > 'maxmemory'")
+
+    clock, store = Clock(), Full()
+    upstream = FakeUpstream()
+    cache = cachekit.Cache(cachekit.CacheConfig(store=store, ledger=False))
+    cache.pipeline.breaker = _breaker(clock)
+    with httpx2.Client(transport=cachekit.CachingTransport(upstream, cache=cache)) as client:
+        for i in range(6):
+            assert client.post(URL, json=openai_chat(f"q{i}")).status_code == 200
+    assert cache.pipeline.breaker.state == "closed"
+    assert cache.stats.store_errors == 6
+    assert cache.stats.store_skips == 0
+
+
+def test_late_reports_from_before_the_breaker_opened_change_nothing() -> None:
+    clock = Clock()
+    b = _breaker(clock)
+    for _ in range(3):
+        b.failure()
+    b.success()  # a slow call that started before it opened answers now: not a probe
+    assert b.state == "open"
+    clock.now += 1.0  # the cooldown is over, no probe granted yet
+    b.failure()  # another late one: must not count as a failed probe
+    assert b.stats().cooldown == 1.0
+    assert b.allow()  # the probe
+    b.success()
+    assert b.state == "closed"

@@ -83,7 +83,7 @@ def assert_no_secrets(body: bytes) -> None:
 
 def test_echoed_fields_cover_every_dialect() -> None:
     assert set(ECHOED_FIELDS) == set(get_args(Dialect))
-    assert ECHOED_FIELDS["openai_responses"] == ("instructions", "tools")
+    assert ECHOED_FIELDS["openai_responses"] == ("instructions", "tools", "prompt")
     assert all(not ECHOED_FIELDS[d] for d in ECHOED_FIELDS if d != "openai_responses")
 
 
@@ -357,3 +357,16 @@ def test_other_dialects_are_unchanged(dialect: Dialect, form: Any) -> None:
     assert stripped is body
     nulled = body.replace(orjson.dumps(SECRET_INSTRUCTIONS), b"null")
     assert restore_echo(dialect, form, nulled, response) is nulled
+
+
+def test_prompt_template_variables_are_stripped_and_restored() -> None:
+    """The Responses API echoes ``prompt`` (a stored template's id, version and the caller's variables)."""
+    request = {
+        "model": "gpt-4.1-mini",
+        "input": "hi",
+        "prompt": {"id": "pmpt_1", "variables": {"ssn": "123-45-6789"}},
+    }
+    document = orjson.dumps({"id": "resp_1", "object": "response", "prompt": request["prompt"], "output": []})
+    stripped = strip_echo("openai_responses", "json", document)
+    assert b"123-45-6789" not in stripped
+    assert orjson.loads(restore_echo("openai_responses", "json", stripped, request)) == orjson.loads(document)

@@ -145,10 +145,10 @@ def test_multipart_upload_passes_through() -> None:
 
 class _FailingStore(MemoryStore):
     def get(self, key: str) -> bytes | None:
-        raise cachekit.StoreError("store is down")
+        raise cachekit.StoreUnavailableError("store is down")
 
     def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
-        raise cachekit.StoreError("store is down")
+        raise cachekit.StoreUnavailableError("store is down")
 
 
 def test_a_failing_store_never_fails_the_call(caplog: pytest.LogCaptureFixture) -> None:

@@ -7,28 +7,49 @@ corruption check.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["AsyncStore", "EntryInfo", "Inspectable", "Store", "is_async_store", "is_store"]
+__all__ = [
+    "AsyncStore",
+    "EntryInfo",
+    "Inspectable",
+    "Store",
+    "is_async_store",
+    "is_inspectable",
+    "is_store",
+]
 
 _STORE_NAMES = ("secret", "get", "set", "delete", "clear", "close")
 _ASYNC_STORE_NAMES = ("secret", "aget", "aset", "adelete", "aclose")
 
 
+def _has(obj: object, names: tuple[str, ...]) -> bool:
+    # getattr_static finds class attributes, properties and instance attributes alike without calling a
+    # property: a runtime Protocol check (isinstance) calls hasattr, which would read ``secret``.
+    missing = object()
+    return all(inspect.getattr_static(obj, name, missing) is not missing for name in names)
+
+
 def is_store(obj: object) -> bool:
-    """Whether ``obj`` implements :class:`Store`, judged by its class.
+    """Whether ``obj`` implements :class:`Store`, without touching its attributes.
 
     Unlike ``isinstance(obj, Store)`` this never reads the ``secret`` property, which for a network
-    store is a round trip that may fail (a runtime Protocol check calls ``hasattr`` on the object).
+    store is a round trip that may fail.
     """
-    return all(hasattr(type(obj), name) for name in _STORE_NAMES)
+    return _has(obj, _STORE_NAMES)
 
 
 def is_async_store(obj: object) -> bool:
     """Whether ``obj`` implements :class:`AsyncStore` (see :func:`is_store`)."""
-    return all(hasattr(type(obj), name) for name in _ASYNC_STORE_NAMES)
+    return _has(obj, _ASYNC_STORE_NAMES)
+
+
+def is_inspectable(obj: object) -> bool:
+    """Whether ``obj`` implements :class:`Inspectable` (see :func:`is_store`)."""
+    return _has(obj, ("entries", "delete_many", "ping"))
 
 
 @runtime_checkable

@@ -30,8 +30,9 @@ optional), the current key first::
 :func:`keys_from_spec` parses that format and :func:`generate_key` makes a new key.
 
 **What it does not protect.** Cache keys are already keyed hashes (HMACs of the request under the
-store's secret), so they are stored as they are: they reveal nothing about the request but they do
-stay visible. So do the metadata the store keeps: value sizes (ciphertext length is the plaintext
+store's secret), so they are stored as they are: they reveal the namespace and partition in their
+readable prefix but nothing about the request, and they do stay visible. So do the metadata the
+store keeps: value sizes (ciphertext length is the plaintext
 length plus a fixed overhead), creation and expiry times, the number of entries and access patterns.
 The store's ``secret`` is passed through unchanged, and it does not protect against anyone who holds
 the encryption key or controls the process that uses it. Deleting or evicting entries (denial of
@@ -60,7 +61,15 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, cast, overload
 
 from cachekit.errors import ConfigError, MissingExtraError
-from cachekit.stores.base import AsyncStore, EntryInfo, Inspectable, Store
+from cachekit.stores.base import (
+    AsyncStore,
+    EntryInfo,
+    Inspectable,
+    Store,
+    is_async_store,
+    is_inspectable,
+    is_store,
+)
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -157,11 +166,9 @@ class _DualStore(Store, AsyncStore, Protocol):
 
 
 def _pick_class(inner: object) -> type[EncryptedStore]:
-    sync, asynchronous, inspectable = (
-        isinstance(inner, Store),
-        isinstance(inner, AsyncStore),
-        isinstance(inner, Inspectable),
-    )
+    # Judged without reading attributes: isinstance() on these Protocols would read ``secret``, a
+    # round trip for a Redis store (and a failure when Redis is down while the client is built).
+    sync, asynchronous, inspectable = is_store(inner), is_async_store(inner), is_inspectable(inner)
     if sync and asynchronous:
         return _InspectableDualStore if inspectable else EncryptedDualStore
     if sync:

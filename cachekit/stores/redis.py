@@ -36,6 +36,11 @@ wrong answer either way). With ``noeviction`` a full Redis refuses writes: each 
 
 Failures. Every call is bounded: ``timeout`` on each socket read and write, ``connect_timeout`` on
 connecting, and no retries (redis-py retries by default; a cache that waits is worse than a miss).
+Async calls also get one overall deadline (``connect_timeout + 2 * timeout``). One exception: on a
+Cluster whose state is ``fail`` (a master lost, the rest up), redis-py's *sync* client sleeps 250 ms
+and re-reads the layout before raising ``CLUSTERDOWN``; the caller's circuit breaker limits that to
+its failure threshold plus one probe per cooldown (run with ``cluster-require-full-coverage no`` so
+the surviving masters keep serving their slots).
 Every Redis error is raised as :class:`~cachekit.errors.StoreError` naming the operation and the
 server, never a credential; the caller decides to go upstream. Works with Redis 6.0+ (no modules, no
 command newer than 6.2), Valkey and managed Redis.
@@ -56,14 +61,14 @@ import math
 import os
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import parse_qs, unquote
 from weakref import WeakKeyDictionary
 
-from cachekit.errors import ConfigError, MissingExtraError, StoreError
+from cachekit.errors import ConfigError, MissingExtraError, StoreError, StoreUnavailableError
 from cachekit.stores.base import EntryInfo
 from cachekit.stores.memory import _check_ttl
 
@@ -78,7 +83,13 @@ if TYPE_CHECKING:
     SyncClient = redis.Redis | redis.cluster.RedisCluster
     AsyncClient = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
 
-__all__ = ["REDIS_SCHEMES", "RedisStore"]
+__all__ = ["REDIS_SCHEMES", "SECRET_RESYNC", "RedisStore"]
+
+T = TypeVar("T")
+
+#: Seconds between checks that Redis still holds the secret this process uses (see
+#: :attr:`RedisStore.secret`).
+SECRET_RESYNC = 30.0
 
 _log = logging.getLogger("cachekit.stores")
 
@@ -136,10 +147,11 @@ class _Target:
 def _redact(url: str) -> str:
     """A possibly malformed URL with any ``user:password@`` replaced, for error messages."""
     scheme, sep, rest = url.partition("://")
-    location, qmark, query = rest.partition("?")
-    if "@" in location:
-        location = "***@" + location.rsplit("@", 1)[1]
-    shown = scheme + sep + location + qmark + query
+    # Everything up to the last "@" may be a credential, even where it holds "?", "/" or "#"
+    # (a password with an unescaped "?" would otherwise split into the query).
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    shown = scheme + sep + rest
     return shown if len(shown) <= 200 else shown[:200] + "..."
 
 
@@ -327,9 +339,23 @@ class RedisStore:
             OSError,
             asyncio.TimeoutError,
         )
+        # The ones that mean "the backend did not answer" (they open the caller's circuit breaker);
+        # an error reply (OOM, a refused command) means Redis is up.
+        self._unavailable: tuple[type[BaseException], ...] = (
+            redis.exceptions.ConnectionError,
+            redis.exceptions.TimeoutError,
+            redis.exceptions.ClusterDownError,
+            redis.exceptions.MasterDownError,
+            redis.exceptions.BusyLoadingError,
+            redis.exceptions.RedisClusterException,
+            OSError,
+            asyncio.TimeoutError,
+        )
         self._lock = threading.Lock()
         self._closed = False
         self._secret: bytes | None = None
+        self._secret_checked = 0.0
+        self._secret_lock = threading.Lock()
         self._sync: SyncClient | None = None
         # One async client per event loop. An entry goes when its loop shuts down its async
         # generators (see _LoopClient), or once the loop is found closed; keyed weakly besides.
@@ -371,28 +397,48 @@ class RedisStore:
     def secret(self) -> bytes:
         """The 32-byte secret shared by every process using this Redis and prefix.
 
-        Read (or created, ``SET NX``) on first access, then kept in this object. Raises
-        :class:`StoreError` when Redis cannot be reached; callers treat that like any store failure.
-        This is a blocking call even from async code; it happens once per store object.
+        Read (or created, ``SET NX``) on first access and kept in this object; raises
+        :class:`StoreError` when Redis cannot be reached then. Afterwards it is checked against Redis
+        at most every :data:`SECRET_RESYNC` seconds: a secret lost with a Redis restart (no
+        persistence), a failover or an eviction is written back (``SET NX``) from the one this
+        process holds, and if another process got there first with a new one, this process adopts
+        it — so every process converges on one secret and a credential keeps one partition. A failed
+        check keeps the known secret. It is a blocking call, even from async code: once at first use
+        and then once per :data:`SECRET_RESYNC` seconds, each bounded by the timeouts.
         """
         secret = self._secret
-        if secret is not None:
+        now = time.monotonic()
+        if secret is not None and now - self._secret_checked < SECRET_RESYNC:
             return secret
-        client = self._client()
-        try:
-            client.set(self._secret_key, os.urandom(_SECRET_BYTES), nx=True)
-            found = client.get(self._secret_key)
-        except self._errors as exc:
-            self._fail("secret", exc)
-        if not isinstance(found, bytes) or len(found) < _SECRET_BYTES:
-            # Only if something other than cachekit wrote the key, or it was evicted between the
-            # SET and the GET: a value we cannot trust as a key for credential HMACs.
-            raise StoreError(
-                f"Redis {self._target.where}: the secret under {self._secret_key.decode()!r} is "
-                "missing or damaged; delete that key to have a new one made"
-            )
-        self._secret = found
-        return found
+        with self._secret_lock:
+            if self._secret is not None and now - self._secret_checked < SECRET_RESYNC:
+                return self._secret
+            self._secret_checked = now  # also after a failure: retried next period, not per request
+            client = self._client()
+            try:
+                client.set(self._secret_key, self._secret or os.urandom(_SECRET_BYTES), nx=True)
+                found = client.get(self._secret_key)
+            except self._errors as exc:
+                if self._secret is not None:
+                    return self._secret
+                self._fail("secret", exc)
+            if not isinstance(found, bytes) or len(found) < _SECRET_BYTES:
+                if self._secret is not None:
+                    return self._secret
+                # Only if something other than cachekit wrote the key, or it was evicted between the
+                # SET and the GET: a value we cannot trust as a key for credential HMACs.
+                raise StoreError(
+                    f"Redis {self._target.where}: the secret under {self._secret_key.decode()!r} is "
+                    "missing or damaged; delete that key to have a new one made"
+                )
+            if self._secret is not None and found != self._secret:
+                _log.warning(
+                    "Redis %s holds a different cachekit secret than this process had (Redis lost "
+                    "its data or another process made a new one); adopting it",
+                    self._target.where,
+                )
+            self._secret = found
+            return found
 
     # -- the sync Store ----------------------------------------------------------------------------
 
@@ -477,7 +523,7 @@ class RedisStore:
         """See :meth:`get`."""
         client = self._aclient()
         try:
-            value = await client.hget(self._key(key), "v")
+            value = await self._bounded(client.hget(self._key(key), "v"))
         except self._errors as exc:
             self._fail("get", exc)
         return _bytes_or_none(value)
@@ -491,16 +537,17 @@ class RedisStore:
         name = self._key(key)
         try:
             if plan is None:
-                await client.unlink(name)
+                await self._bounded(client.unlink(name))
             elif isinstance(client, redis.asyncio.cluster.RedisCluster):
                 # redis-py's async cluster transactions run each queued command on a new thread and
                 # event loop (8.1); a script is just as atomic (Redis runs it with nothing in between).
                 value, created, ms = plan
-                await client.eval(_SET_SCRIPT, 1, name, value, created, b"" if ms is None else b"%d" % ms)
+                expiry = b"" if ms is None else b"%d" % ms
+                await self._bounded(client.eval(_SET_SCRIPT, 1, name, value, created, expiry))
             else:
                 pipe = client.pipeline(transaction=True)
                 self._queue_set(pipe, name, *plan)
-                await pipe.execute()
+                await self._bounded(pipe.execute())
         except self._errors as exc:
             self._fail("set", exc)
 
@@ -508,9 +555,14 @@ class RedisStore:
         """See :meth:`delete`."""
         client = self._aclient()
         try:
-            await client.unlink(self._key(key))
+            await self._bounded(client.unlink(self._key(key)))
         except self._errors as exc:
             self._fail("delete", exc)
+
+    async def _bounded(self, call: Awaitable[T]) -> T:
+        """``call`` within one overall deadline: redis-py's async cluster client otherwise sleeps
+        250 ms and re-reads the cluster layout on a ``CLUSTERDOWN`` before failing."""
+        return await asyncio.wait_for(call, self._connect_timeout + 2 * self._timeout)
 
     async def aclose(self) -> None:
         """Close this loop's connections now, and everything else as :meth:`close` does. Idempotent."""
@@ -637,6 +689,8 @@ class RedisStore:
         for credential in (self._target.password, self._target.username):
             if credential and len(credential) >= 4:
                 message = message.replace(credential, "***")
+        if isinstance(exc, self._unavailable):
+            raise StoreUnavailableError(message) from exc
         raise StoreError(message) from exc
 
     def _check_open(self) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from weakref import WeakSet
 
-from cachekit.errors import ConfigError, StoreError
+from cachekit.errors import ConfigError, StoreError, StoreUnavailableError
 from cachekit.stores.base import EntryInfo
 from cachekit.stores.memory import _check_ttl
 
@@ -43,6 +43,9 @@ _log = logging.getLogger("cachekit.stores")
 #: The layout this code writes and reads. A file with a higher version was written by a newer
 #: cachekit and is refused rather than misread.
 SCHEMA_VERSION = 1
+
+#: Seconds opening (and creating) the file may wait for other processes doing the same.
+OPEN_TIMEOUT = 5.0
 
 #: Expired rows are deleted by one in this many ``set`` calls, so the cost is amortized.
 PURGE_EVERY = 256
@@ -70,7 +73,8 @@ class SQLiteStore:
         path: the database file; missing parent directories are created. It may be shared by any
             number of processes on one host (not over a network file system: WAL needs shared memory).
         clock: the time source for TTLs, in seconds; inject a fake one in tests.
-        timeout: how long, in seconds, to wait for another connection's write lock before failing.
+        timeout: how long, in seconds, a get or set waits for another connection's write lock before
+            failing (the cache path is bounded; opening the file waits up to :data:`OPEN_TIMEOUT`).
             Short by default (50 ms): a cache must answer well within a request's budget, so a write
             that would wait longer fails (:class:`StoreError`), and the caller skips and counts it.
 
@@ -261,7 +265,11 @@ class SQLiteStore:
         where waiting could deadlock). So the whole sequence is retried, with backoff, until
         ``timeout`` has passed.
         """
-        deadline = time.monotonic() + self._timeout
+        # Opening is not on a request's path and many processes may create the file at once: it waits
+        # up to OPEN_TIMEOUT (at least the operation timeout), then the busy timeout drops to
+        # ``timeout`` for gets and sets.
+        open_timeout = max(self._timeout, OPEN_TIMEOUT)
+        deadline = time.monotonic() + open_timeout
         delay = 0.001
         while True:
             conn: sqlite3.Connection | None = None
@@ -270,15 +278,16 @@ class SQLiteStore:
                 # one multi-statement transaction (initialization) is explicit. check_same_thread=False
                 # because the one connection is shared by every thread, serialized by self._lock.
                 conn = sqlite3.connect(
-                    self._path, timeout=self._timeout, isolation_level=None, check_same_thread=False
+                    self._path, timeout=open_timeout, isolation_level=None, check_same_thread=False
                 )
                 # connect()'s timeout installs the same busy handler; the pragma states it explicitly
                 # and caps it, since SQLite takes milliseconds as a 32-bit int.
-                conn.execute(f"PRAGMA busy_timeout = {min(int(self._timeout * 1000), 2**31 - 1)}")
+                conn.execute(f"PRAGMA busy_timeout = {_millis(open_timeout)}")
                 # The first statement that reads the file: this is where a non-database is detected.
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 conn.execute("PRAGMA synchronous = NORMAL")
                 secret = self._initialize(conn)
+                conn.execute(f"PRAGMA busy_timeout = {_millis(self._timeout)}")
             except sqlite3.Error as exc:
                 if conn is not None:
                     conn.close()
@@ -382,7 +391,9 @@ class SQLiteStore:
                 raise self._failed(exc) from exc
 
     def _failed(self, exc: sqlite3.Error) -> StoreError:
-        return StoreError(f"SQLite store {str(self._path)!r}: {type(exc).__name__}: {exc}")
+        message = f"SQLite store {str(self._path)!r}: {type(exc).__name__}: {exc}"
+        # Locked past the busy timeout: the store did not answer in time (like a Redis timeout).
+        return StoreUnavailableError(message) if _is_busy(exc) else StoreError(message)
 
     def _reopen_after_fork(self) -> None:
         # SQLite forbids carrying a connection across fork(): the child's copy believes it holds the
@@ -423,6 +434,10 @@ def _successor(prefix: str) -> str | None:
                 code = 0xE000
             return "".join(chars) + chr(code)
     return None
+
+
+def _millis(seconds: float) -> int:
+    return min(int(seconds * 1000), 2**31 - 1)
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:

@@ -1,0 +1,145 @@
+"""Which requests the semantic cache may answer, and the exact partition each one lives in.
+
+A semantic hit is only allowed between requests that are identical in everything but the wording of
+the last user turn: same provider endpoint, model, system prompt, tools, tool choice, sampling and
+output-format parameters, every earlier turn, tenant/credential partition, namespace and embedding
+model. All of that is hashed into the *partition*; only the last user turn's text is compared by
+meaning, inside one partition.
+
+Not served semantically (the reason is counted):
+
+* the last turn is not a user turn, or carries tool results, images, audio or files (an answer to
+  "what is in this picture?" depends on the picture, not the words);
+* the request samples (``temperature`` other than 0, or absent, since both providers default to 1)
+  unless ``allow_sampling`` is set: a sampled answer was one draw of many, and reusing it for a
+  differently worded question compounds that;
+* an OpenAI Responses request that continues server-side state (``previous_response_id``,
+  ``conversation``): its earlier turns are not in the request, so the partition cannot cover them;
+* an empty question.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cachekit import canonical
+from cachekit._types import Dialect
+
+__all__ = ["SemanticRequest", "split_request"]
+
+#: Fields that choose the form of the answer (stream or document), not the answer.
+_FORM_FIELDS = frozenset({"stream", "stream_options"})
+_PARTITION_DOMAIN = b"cachekit/semantic-partition/v1"
+_TEXT_PARTS = frozenset({"text", "input_text"})
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticRequest:
+    """A request the semantic cache may answer: its partition id and the question to compare."""
+
+    partition: str
+    question: str
+
+
+def split_request(
+    dialect: Dialect,
+    body: Mapping[str, Any],
+    *,
+    scope: Iterable[str],
+    options: canonical.CanonicalOptions,
+    ignore_fields: frozenset[str] = frozenset(),
+    allow_sampling: bool = False,
+) -> SemanticRequest | str:
+    """The partition and question of ``body``, or the reason it cannot be served semantically.
+
+    Args:
+        dialect: the request's API.
+        body: the parsed request body.
+        scope: what else bounds the partition, as strings: namespace, the exact cache's partition
+            (tenant or credential HMAC), endpoint, embedding model id.
+        options: the canonicalization options the exact layer uses (tool order, whitespace).
+        ignore_fields: top-level fields the exact key leaves out (``CacheConfig.ignore_fields``).
+        allow_sampling: also serve requests that sample (non-zero or default temperature).
+    """
+    if not allow_sampling and not _is_greedy(body):
+        return "sampling"
+    if dialect == "openai_responses":
+        if body.get("previous_response_id") is not None or body.get("conversation") is not None:
+            return "server_state"
+        split = _split_responses(body)
+    elif dialect in ("anthropic_messages", "openai_chat"):
+        split = _split_messages(body)
+    else:
+        return "endpoint"
+    if isinstance(split, str):
+        return split
+    question, rest = split
+    if not question.strip():
+        return "empty_question"
+    kept = {k: v for k, v in rest.items() if k not in _FORM_FIELDS and k not in ignore_fields}
+    digest = hashlib.sha256()
+    for field in (_PARTITION_DOMAIN, *(s.encode() for s in scope), dialect.encode()):
+        digest.update(len(field).to_bytes(8, "big"))
+        digest.update(field)
+    digest.update(canonical.dumps(canonical.canonicalize(kept, dialect, options).body))
+    return SemanticRequest("sem1:" + digest.hexdigest(), question)
+
+
+def _is_greedy(body: Mapping[str, Any]) -> bool:
+    temperature = body.get("temperature")
+    return isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature == 0
+
+
+def _split_messages(body: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | str:
+    """Anthropic Messages and Chat Completions: the last message must be the user's, text only."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+        return "no_user_turn"
+    last = messages[-1]
+    if last.get("role") != "user":
+        return "no_user_turn"
+    question = _text_only(last.get("content"))
+    if question is None:
+        return "not_text"
+    rest = dict(body)
+    rest["messages"] = [*messages[:-1], {**last, "content": None}]
+    return question, rest
+
+
+def _split_responses(body: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | str:
+    """OpenAI Responses: ``input`` is the question itself, or a list whose last item is a user message."""
+    items = body.get("input")
+    rest = dict(body)
+    if isinstance(items, str):
+        rest["input"] = None
+        return items, rest
+    if not isinstance(items, list) or not items or not isinstance(items[-1], dict):
+        return "no_user_turn"
+    last = items[-1]
+    if last.get("type", "message") != "message" or last.get("role") != "user":
+        return "no_user_turn"
+    question = _text_only(last.get("content"))
+    if question is None:
+        return "not_text"
+    rest["input"] = [*items[:-1], {**last, "content": None}]
+    return question, rest
+
+
+def _text_only(content: Any) -> str | None:
+    """The text of a message's content, or ``None`` when it holds anything but text parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    texts: list[str] = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") not in _TEXT_PARTS:
+            return None
+        text = part.get("text")
+        if not isinstance(text, str):
+            return None
+        texts.append(text)
+    return "\n".join(texts)
