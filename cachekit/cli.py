@@ -4,6 +4,7 @@
 ``anthropic`` SDK, against an in-process stand-in for the provider (no network, no API key).
 ``cachekit report`` prints what calls cost, with and without caching, from the cost ledger.
 ``cachekit stats``, ``cachekit purge`` and ``cachekit health`` are the operator's tools for a store.
+``cachekit semantic-eval PAIRS.jsonl`` measures the semantic cache's precision and recall on labelled pairs.
 """
 
 from __future__ import annotations
@@ -230,6 +231,48 @@ def _health(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if result.ok else 1
 
 
+def _semantic_eval(args: argparse.Namespace, out: TextIO) -> int:
+    import json
+
+    from cachekit.errors import CachekitError
+
+    try:
+        from cachekit.semantic.embedders import default_embedder
+        from cachekit.semantic.evaluate import evaluate, load_pairs, render_text
+        from cachekit.semantic.matcher import DEFAULT_THRESHOLD
+
+        if args.index == "redis" and not args.redis_url:
+            out.write("cachekit semantic-eval: --index redis needs --redis-url URL (Redis 8)\n")
+            return 2
+        pairs = load_pairs(args.pairs)
+        index: Any = None
+        if args.index == "redis":
+            from cachekit.semantic.index_redis import RedisVectorIndex
+
+            index = RedisVectorIndex(args.redis_url, timeout=5.0)
+        threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
+        try:
+            report = evaluate(
+                pairs,
+                embedder=default_embedder(),
+                threshold=threshold,
+                guards=not args.no_guards,
+                index=index,
+            )
+        finally:
+            if index is not None:
+                index.close()
+    except (CachekitError, OSError, ValueError) as exc:
+        out.write(f"cachekit semantic-eval: {exc}\n")
+        return 2
+    if args.json:
+        out.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    else:
+        out.write(render_text(report))
+        out.write("\n")
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cachekit", description="Caching middleware for hosted LLM APIs.")
     parser.add_argument("--version", action="version", version=f"cachekit {__version__}")
@@ -276,6 +319,18 @@ def _build_parser() -> argparse.ArgumentParser:
         "--budget-ms", type=float, default=250.0, help="slowest healthy round trip (default 250)"
     )
     check.set_defaults(run=_health)
+    evaluation = commands.add_parser(
+        "semantic-eval",
+        help="precision and recall of the semantic cache on labelled question pairs",
+        description="For each pair, in an empty partition: store a with a dummy answer, look up b.",
+    )
+    evaluation.add_argument("pairs", metavar="PAIRS.jsonl", help='lines of {"a", "b", "same", "kind"}')
+    evaluation.add_argument("--threshold", type=float, help="cosine threshold (default: the built-in one)")
+    evaluation.add_argument("--no-guards", action="store_true", help="the threshold alone decides")
+    evaluation.add_argument("--index", choices=("memory", "redis"), default="memory")
+    evaluation.add_argument("--redis-url", metavar="URL", help="a Redis 8 server for --index redis")
+    evaluation.add_argument("--json", action="store_true", help="print the counts as JSON")
+    evaluation.set_defaults(run=_semantic_eval)
     return parser
 
 

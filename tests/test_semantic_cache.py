@@ -1,0 +1,380 @@
+"""The semantic cache end to end: real SDKs, the real MiniLM model, memory and Redis 8 indexes.
+
+Every hit must stay inside its exact partition, carry ``x-cachekit-cache: semantic`` and the similarity,
+and every failure of the semantic layer must leave the call succeeding with its upstream answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import httpx2
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cachekit
+from cachekit.semantic import SemanticConfig, SemanticError
+from cachekit.semantic.embedders import default_embedder
+from cachekit.semantic.index_memory import MemoryVectorIndex
+from cachekit.stores import MemoryStore
+from cachekit.testing import FakeUpstream
+from tests.redis_servers import RedisCluster3, RedisServer, free_port, redis8_binary, redis8_server  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+CHAT = "https://api.openai.com/v1/chat/completions"
+MESSAGES = "https://api.anthropic.com/v1/messages"
+QUESTION = "How do I reset my account password?"
+PARAPHRASE = "How can I reset the password of my account?"
+
+
+def chat(question: str, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "gpt-4.1-mini",
+        "temperature": 0,
+        "messages": [
+            {"role": "system", "content": "You are the help desk of Example Corp."},
+            {"role": "user", "content": question},
+        ],
+    }
+    body.update(extra)
+    return body
+
+
+class World:
+    """A sync client on one upstream, an exact memory store and a semantic layer."""
+
+    def __init__(self, semantic: Any = True, store: MemoryStore | None = None, **config: Any) -> None:
+        self.upstream = FakeUpstream()
+        self.store = store if store is not None else MemoryStore()
+        self.cache = cachekit.Cache(
+            cachekit.CacheConfig(store=self.store, ledger=False, semantic=semantic, **config)
+        )
+        self.client = httpx2.Client(transport=cachekit.CachingTransport(self.upstream, cache=self.cache))
+
+    def ask(self, body: dict[str, Any], url: str = CHAT, **headers: str) -> httpx2.Response:
+        response = self.client.post(url, json=body, headers={"authorization": "Bearer sk-1", **headers})
+        assert response.status_code == 200, response.text
+        return response
+
+    def close(self) -> None:
+        self.client.close()
+        self.cache.close()
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    w = World()
+    yield w
+    w.close()
+
+
+def outcome(response: httpx2.Response) -> str:
+    return response.headers["x-cachekit-cache"]
+
+
+def test_a_paraphrase_is_a_semantic_hit_with_its_similarity(world: World) -> None:
+    first = world.ask(chat(QUESTION))
+    assert outcome(first) == "miss"
+    second = world.ask(chat(PARAPHRASE))
+    assert outcome(second) == "semantic"
+    assert second.json()["choices"] == first.json()["choices"]
+    similarity = float(second.headers["x-cachekit-similarity"])
+    vectors = default_embedder().embed([QUESTION, PARAPHRASE])
+    assert similarity == pytest.approx(float(vectors[0] @ vectors[1]), abs=1e-3)
+    assert world.upstream.calls == 1
+    assert world.cache.stats.semantic_hits == 1
+    layer = world.cache.pipeline.semantic
+    assert layer is not None
+    assert layer.stats.hits == 1
+
+
+@pytest.mark.parametrize(
+    ("stored", "asked"),
+    [
+        ("Is the API rate limited?", "Is the API not rate limited?"),
+        ("What is 15% of 200?", "What is 15% of 300?"),
+        ("How much does the annual plan cost?", "How much does the monthly plan cost?"),
+        ("What is the weather like in Paris today?", "What is the weather like in London today?"),
+    ],
+)
+def test_near_misses_are_not_served(world: World, stored: str, asked: str) -> None:
+    world.ask(chat(stored))
+    assert outcome(world.ask(chat(asked))) == "miss"
+    assert world.upstream.calls == 2
+
+
+PARTITION_CHANGES: dict[str, Any] = {
+    "model": lambda b: b.update(model="gpt-4.1"),
+    "system": lambda b: b["messages"][0].update(content="You are the billing desk of Example Corp."),
+    "earlier turn": lambda b: (
+        b["messages"].insert(1, {"role": "user", "content": "Hi"})
+        or b["messages"].insert(2, {"role": "assistant", "content": "Hello!"})
+    ),
+    "tools": lambda b: b.update(
+        tools=[{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    ),
+    "tool_choice": lambda b: b.update(tool_choice="none"),
+    "max_tokens": lambda b: b.update(max_tokens=17),
+    "top_p": lambda b: b.update(top_p=0.5),
+    "response_format": lambda b: b.update(response_format={"type": "json_object"}),
+    "seed": lambda b: b.update(seed=7),
+}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    changes=st.lists(st.sampled_from(sorted(PARTITION_CHANGES)), min_size=1, max_size=3, unique=True),
+    also_scope=st.sampled_from(["none", "tenant", "namespace", "credential"]),
+)
+def test_changing_any_partition_field_loses_the_hit(changes: list[str], also_scope: str) -> None:
+    world = World()
+    try:
+        world.ask(chat(QUESTION))
+        body = chat(PARAPHRASE)
+        for name in changes:
+            PARTITION_CHANGES[name](body)
+        headers = {
+            "none": {},
+            "tenant": {"x-cachekit-tenant": "other"},
+            "namespace": {"x-cachekit-namespace": "other"},
+            "credential": {"authorization": "Bearer sk-2"},
+        }[also_scope]
+        assert outcome(world.ask(body, **headers)) == "miss"
+        # ... and the unchanged paraphrase still hits, so the miss above is the partition's doing.
+        assert outcome(world.ask(chat(PARAPHRASE))) == "semantic"
+    finally:
+        world.close()
+
+
+def test_tenants_never_see_each_others_entries(world: World) -> None:
+    world.ask(chat(QUESTION), **{"x-cachekit-tenant": "acme"})
+    assert outcome(world.ask(chat(PARAPHRASE), **{"x-cachekit-tenant": "globex"})) == "miss"
+    assert outcome(world.ask(chat(PARAPHRASE), **{"x-cachekit-tenant": "acme"})) == "semantic"
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "reason"),
+    [
+        ({"temperature": 0.7}, {"temperature": 0.7}, "sampling"),
+        ({"temperature": None}, {"temperature": None}, "sampling"),
+    ],
+)
+def test_sampling_requests_are_not_served_unless_opted_in(
+    first: dict[str, Any], then: dict[str, Any], reason: str
+) -> None:
+    def body(question: str, fields: dict[str, Any]) -> dict[str, Any]:
+        b = chat(question)
+        for k, v in fields.items():
+            if v is None:
+                b.pop(k)
+            else:
+                b[k] = v
+        return b
+
+    world = World()
+    try:
+        world.ask(body(QUESTION, first))
+        assert outcome(world.ask(body(PARAPHRASE, then))) == "miss"
+        layer = world.cache.pipeline.semantic
+        assert layer is not None
+        assert layer.stats.ineligible[reason] == 2
+    finally:
+        world.close()
+    opted = World(SemanticConfig(allow_sampling=True))
+    try:
+        opted.ask(body(QUESTION, first))
+        assert outcome(opted.ask(body(PARAPHRASE, then))) == "semantic"
+    finally:
+        opted.close()
+
+
+def test_tool_results_and_images_in_the_last_turn_are_not_served(world: World) -> None:
+    image = [
+        {"type": "text", "text": QUESTION},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    ]
+    world.ask(chat(QUESTION))
+    body = chat(PARAPHRASE)
+    body["messages"][-1]["content"] = image
+    assert outcome(world.ask(body)) == "miss"
+    tool = chat(QUESTION)
+    tool["messages"].append(
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        }
+    )
+    tool["messages"].append({"role": "tool", "tool_call_id": "c1", "content": PARAPHRASE})
+    assert outcome(world.ask(tool)) == "miss"
+    layer = world.cache.pipeline.semantic
+    assert layer is not None
+    assert layer.stats.ineligible["not_text"] == 1
+    assert layer.stats.ineligible["no_user_turn"] == 1
+
+
+def test_anthropic_messages_and_streams() -> None:
+    world = World()
+    try:
+        body = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 64,
+            "temperature": 0,
+            "system": "You are the help desk of Example Corp.",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": QUESTION}]}],
+        }
+        headers = {"x-api-key": "sk-ant-1", "anthropic-version": "2023-06-01"}
+        first = world.client.post(MESSAGES, json=body, headers=headers)
+        assert outcome(first) == "miss"
+        again = copy.deepcopy(body)
+        again["messages"][0]["content"][0]["text"] = PARAPHRASE
+        again["stream"] = True
+        streamed = world.client.post(MESSAGES, json=again, headers=headers)
+        assert outcome(streamed) == "semantic"
+        assert streamed.headers["content-type"].startswith("text/event-stream")
+        assert b"message_stop" in streamed.content
+        assert world.upstream.calls == 1
+    finally:
+        world.close()
+
+
+def test_opt_in_per_request_and_per_call_site_and_opt_out() -> None:
+    off = World(semantic=False)
+    try:
+        off.ask(chat(QUESTION), **{"x-cachekit-semantic": "on"})
+        assert outcome(off.ask(chat(PARAPHRASE))) == "miss"  # not opted in: exact only
+        opted = off.ask(chat("How could I reset my account's password?"), **{"x-cachekit-semantic": "on"})
+        assert outcome(opted) == "semantic"
+        with cachekit.policy(semantic=True):
+            assert outcome(off.ask(chat("How should I reset my account password?"))) == "semantic"
+        # A stricter threshold than this pair's similarity turns the hit into a miss.
+        strict = off.ask(chat("How can I reset my account password?"), **{"x-cachekit-semantic": "0.9999"})
+        assert outcome(strict) == "miss"
+    finally:
+        off.close()
+    on = World()
+    try:
+        on.ask(chat(QUESTION))
+        assert outcome(on.ask(chat(PARAPHRASE), **{"x-cachekit-semantic": "off"})) == "miss"
+        bad = on.client.post(CHAT, json=chat(PARAPHRASE), headers={"x-cachekit-semantic": "maybe"})
+        assert bad.status_code == 400
+    finally:
+        on.close()
+
+
+def test_an_expired_answer_is_dropped_from_the_index() -> None:
+    world = World()
+    try:
+        world.ask(chat(QUESTION), **{"x-cachekit-ttl": "600"})
+        world.store.clear()  # the stored answer is gone (evicted), the index still points at it
+        assert outcome(world.ask(chat(PARAPHRASE))) == "miss"
+        layer = world.cache.pipeline.semantic
+        assert layer is not None
+        assert layer.stats.stale == 1
+        assert outcome(world.ask(chat("How could I reset my account's password?"))) == "semantic"
+    finally:
+        world.close()
+
+
+class BrokenEmbedder:
+    model_id = "broken"
+    dimension = 384
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        raise SemanticError("the embedding service is down")
+
+
+class OtherDimension:
+    """Claims the default model's id but returns vectors of another size (a model swapped in place)."""
+
+    def __init__(self) -> None:
+        self.model_id = default_embedder().model_id
+        self.dimension = 8
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        rows = np.ones((len(texts), 8), dtype=np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_an_embedder_failure_is_a_miss_and_the_call_succeeds() -> None:
+    world = World(SemanticConfig(embedder=BrokenEmbedder()))
+    try:
+        assert outcome(world.ask(chat(QUESTION))) == "miss"
+        assert outcome(world.ask(chat(QUESTION))) == "hit"  # the exact layer is unaffected
+        assert world.cache.stats.semantic_errors >= 1
+    finally:
+        world.close()
+
+
+def test_a_dimension_mismatch_is_refused_not_mixed(caplog: pytest.LogCaptureFixture) -> None:
+    index, store = MemoryVectorIndex(), MemoryStore()  # one store: one secret, so the same partitions
+    good = World(SemanticConfig(index=index), store=store)
+    bad = World(SemanticConfig(index=index, embedder=OtherDimension()), store=store)
+    try:
+        good.ask(chat(QUESTION))
+        assert outcome(bad.ask(chat(PARAPHRASE))) == "miss"
+        assert bad.cache.stats.semantic_errors >= 1
+        assert any("dimension" in r.getMessage().lower() for r in caplog.records)
+        # The index still holds only 384-d vectors and answers the right model's paraphrase.
+        assert outcome(good.ask(chat("How could I reset my account's password?"))) == "semantic"
+    finally:
+        good.close()
+        bad.close()
+
+
+def test_a_redis_index_outage_is_a_miss() -> None:
+    world = World(SemanticConfig(index=f"redis://127.0.0.1:{free_port()}/0"))
+    try:
+        for question in (QUESTION, PARAPHRASE, QUESTION):
+            assert world.ask(chat(question)).status_code == 200
+        assert outcome(world.ask(chat(QUESTION))) == "hit"
+        assert world.cache.stats.semantic_errors >= 1
+    finally:
+        world.close()
+
+
+def test_async_clients_get_semantic_hits() -> None:
+    async def main() -> list[str]:
+        cache = cachekit.Cache(cachekit.CacheConfig(store=MemoryStore(), ledger=False, semantic=True))
+        transport = cachekit.AsyncCachingTransport(FakeUpstream(), cache=cache)
+        async with httpx2.AsyncClient(transport=transport) as client:
+            out = []
+            for question in (QUESTION, PARAPHRASE):
+                r = await client.post(CHAT, json=chat(question), headers={"authorization": "Bearer a"})
+                out.append(r.headers["x-cachekit-cache"])
+            return out
+
+    assert asyncio.run(main()) == ["miss", "semantic"]
+
+
+# -- Redis 8 indexes ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def redis8_cluster() -> Iterator[RedisCluster3]:
+    cluster = RedisCluster3(redis8_binary()).start()
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.mark.parametrize("kind", ["standalone", "cluster"])
+def test_redis8_index_hits_misses_and_expires(kind: str, request: pytest.FixtureRequest) -> None:
+    fixture = "redis8_server" if kind == "standalone" else "redis8_cluster"
+    base = request.getfixturevalue(fixture).url
+    url = base + ("&" if "?" in base else "?") + f"prefix=sem-{uuid.uuid4().hex[:8]}:"
+    world = World(SemanticConfig(index=url))
+    try:
+        assert outcome(world.ask(chat(QUESTION), **{"x-cachekit-ttl": "1"})) == "miss"
+        assert outcome(world.ask(chat(PARAPHRASE))) == "semantic"
+        assert outcome(world.ask(chat("Is the API not rate limited?"))) == "miss"
+        time.sleep(1.3)  # the entry (and so its index entry) expires
+        assert outcome(world.ask(chat("How could I reset my account's password?"))) == "miss"
+    finally:
+        world.close()
