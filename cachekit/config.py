@@ -79,7 +79,9 @@ class CacheConfig:
             failed probe, up to 30 s).
         store_prompts: ``False`` keeps prompt text that a provider echoes in its response (the
             Responses API's ``instructions`` and ``tools``) out of the store; it is put back from the
-            request on replay. Request bodies themselves are never stored, only their digest.
+            request on replay. The exact cache never stores request bodies, only their digest; the
+            semantic cache keeps each indexed question's text (its guards compare it), so the two
+            cannot be combined.
         semantic: the semantic cache: ``False`` (default: off, though a request or call site may opt
             in), ``True`` (on, with the defaults: a memory index and the bundled all-MiniLM-L6-v2), or a
             :class:`cachekit.semantic.SemanticConfig` (index URL, threshold, ...). Needs the

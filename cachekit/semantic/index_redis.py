@@ -57,16 +57,16 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, NoReturn
 
 import orjson
 
+from cachekit._closing import AsyncClosing, Closing
 from cachekit.errors import ConfigError
 from cachekit.semantic.base import Candidate, DimensionMismatchError, SemanticError, Vector
 from cachekit.semantic.index_memory import check_search_args, positive_int, require_numpy, unit_vector
 from cachekit.stores.memory import _check_ttl
-from cachekit.stores.redis import _BATCH, RedisStore, _escape_glob, _unlink_each
+from cachekit.stores.redis import RedisStore, _escape_glob, _scan_batches, _unlink_each
 
 __all__ = ["QUANTIZATIONS", "RedisVectorIndex"]
 
@@ -199,7 +199,7 @@ _SEARCH_SCRIPT = _Script.of(_SEARCH)
 _REMOVE_SCRIPT = _Script.of(_REMOVE)
 
 
-class RedisVectorIndex:
+class RedisVectorIndex(Closing, AsyncClosing):
     """Semantic entries in Redis 8 vector sets, for sync and async callers alike.
 
     Args:
@@ -313,13 +313,8 @@ class RedisVectorIndex:
         pattern = _escape_glob(self._redis.prefix) + "{sem:*"
         try:
             for node in self._redis._nodes():
-                batch: list[bytes] = []
-                for name in node.scan_iter(match=pattern, count=_BATCH):
-                    batch.append(name)
-                    if len(batch) >= _BATCH:
-                        _unlink_each(node, batch)
-                        batch = []
-                _unlink_each(node, batch)
+                for batch in _scan_batches(node, pattern):
+                    _unlink_each(node, batch)
         except self._errors as exc:
             self._fail("clear", exc)
 
@@ -358,28 +353,6 @@ class RedisVectorIndex:
         await self._redis.aclose()
 
     # -- dunder ------------------------------------------------------------------------------------
-
-    def __enter__(self) -> RedisVectorIndex:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> RedisVectorIndex:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return (

@@ -9,8 +9,10 @@ threshold and the guards). The pipeline decides *when* to use it; this module de
 * :meth:`SemanticLayer.remember` — after the fresh answer was stored under its exact key, index it.
 * :meth:`SemanticLayer.forget` — an indexed entry whose stored response is gone (expired, evicted).
 
-Every method is synchronous and may take milliseconds (embedding runs a model); the async transport
-runs them in a worker thread so the event loop never waits on them.
+Every method is synchronous and may take milliseconds (embedding runs a model). A lookup runs on the
+layer's worker threads with a deadline (:meth:`SemanticLayer.run`), which the pipeline reaches through
+an ``Offload`` effect (in a worker thread on the async transport, so the event loop never waits); a
+streamed answer is indexed in the background when its stream ends (:meth:`SemanticLayer.submit`).
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ import logging
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cachekit import canonical
 from cachekit._types import Dialect
 from cachekit.errors import ConfigError
-from cachekit.semantic.base import Candidate, Embedder, Vector, VectorIndex
+from cachekit.semantic.base import Candidate, Embedder, SemanticError, Vector, VectorIndex
 from cachekit.semantic.partition import SemanticRequest, split_request
 
 if TYPE_CHECKING:
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["Lookup", "SemanticConfig", "SemanticLayer", "SemanticStats"]
 
 logger = logging.getLogger("cachekit.semantic")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,8 @@ class SemanticConfig:
         max_entries_per_partition: the oldest entries of a partition are dropped beyond this.
         enabled: on for every request of the client (``False``: only where a request or call site opts
             in with ``x-cachekit-semantic: on`` or ``cachekit.policy(semantic=True)``).
+        timeout: seconds one lookup (embedding, search, guards) may take before it counts as a failed
+            miss and the request goes upstream.
     """
 
     index: VectorIndex | str = "memory://"
@@ -66,6 +74,7 @@ class SemanticConfig:
     k: int = 4
     max_entries_per_partition: int = 10_000
     enabled: bool = True
+    timeout: float = 2.0
 
     def __post_init__(self) -> None:
         if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
@@ -74,6 +83,8 @@ class SemanticConfig:
             raise ConfigError(f"semantic k must be an integer >= 1, not {self.k!r}")
         if not isinstance(self.max_entries_per_partition, int) or self.max_entries_per_partition < 1:
             raise ConfigError("max_entries_per_partition must be an integer >= 1")
+        if not 0 < self.timeout < math.inf:
+            raise ConfigError(f"semantic timeout must be a positive number of seconds, not {self.timeout!r}")
 
 
 @dataclass(slots=True)
@@ -123,7 +134,9 @@ class SemanticLayer:
         self._lock = threading.Lock()
         self._embedder: Embedder | None = config.embedder
         self._index: VectorIndex | None = config.index if not isinstance(config.index, str) else None
-        self._matchers: dict[float, Matcher] = {}
+        self._matcher: Matcher | None = None
+        self._warmed = False
+        self._workers: ThreadPoolExecutor | None = None
 
     # -- lazily built parts (loading a model or connecting must not slow down building a client) -----
 
@@ -147,20 +160,19 @@ class SemanticLayer:
                     self._index = _open_index(self.config)
         return self._index
 
-    def matcher(self, threshold: float | None) -> Matcher:
-        """The matcher for ``threshold`` (the configured one, or :data:`DEFAULT_THRESHOLD`)."""
+    @property
+    def matcher(self) -> Matcher:
+        """The matcher (threshold and guards); a request's own threshold is passed per lookup."""
         from cachekit.semantic.matcher import DEFAULT_THRESHOLD, Matcher
 
-        value = threshold if threshold is not None else self.config.threshold
-        value = DEFAULT_THRESHOLD if value is None else value
-        matcher = self._matchers.get(value)
-        if matcher is None:
+        if self._matcher is None:
+            embedder = self.embedder  # built first: it takes the same lock
             with self._lock:
-                matcher = self._matchers.get(value)
-                if matcher is None:
+                if self._matcher is None:
+                    threshold = DEFAULT_THRESHOLD if self.config.threshold is None else self.config.threshold
                     guards = None if self.config.guards else ()
-                    matcher = self._matchers[value] = Matcher(self.embedder, threshold=value, guards=guards)
-        return matcher
+                    self._matcher = Matcher(embedder, threshold=threshold, guards=guards)
+        return self._matcher
 
     # -- the steps ------------------------------------------------------------------------------------
 
@@ -190,19 +202,58 @@ class SemanticLayer:
             return None
         return prepared
 
-    def lookup(self, request: SemanticRequest, threshold: float | None = None) -> Lookup:
-        """Embed the question, search its partition, and pick the best candidate the guards accept."""
-        self.stats.add("lookups")
+    def lookup(
+        self, request: SemanticRequest, threshold: float | None = None, *, search: bool = True
+    ) -> Lookup:
+        """Embed the question, search its partition, and pick the best candidate the guards accept.
+
+        With ``search=False`` only the embedding is computed (a refresh: the fresh answer is indexed).
+        """
         vector = self.embedder.embed([request.question])[0]
-        matcher = self.matcher(threshold)
-        candidates = self.index.search(
-            request.partition, vector, k=self.config.k, min_similarity=matcher.threshold
-        )
-        result = matcher.match(request.question, candidates)
+        if not search:
+            return Lookup(request, vector, None)
+        self.stats.add("lookups")
+        matcher = self.matcher
+        limit = matcher.threshold if threshold is None else threshold
+        candidates = self.index.search(request.partition, vector, k=self.config.k, min_similarity=limit)
+        result = matcher.match(request.question, candidates, threshold=limit)
         for reason, count in result.rejected.items():
             self.stats.add("rejected", reason, count)
         self.stats.add("hits" if result.hit is not None else "misses")
         return Lookup(request, vector, result.hit)
+
+    def run(self, work: Callable[[], T]) -> T:
+        """Run ``work`` on the layer's worker threads, waiting at most ``config.timeout`` seconds.
+
+        A model or index that hangs must not hold the request: past the deadline the lookup is a
+        :class:`SemanticError` (a counted miss) while the work finishes in the background.
+        """
+        self._warm()
+        future = self._pool().submit(work)
+        try:
+            return future.result(timeout=self.config.timeout)
+        except FutureTimeout:
+            raise SemanticError(f"semantic lookup took longer than {self.config.timeout:g} s") from None
+
+    def _warm(self) -> None:
+        """Load the model (and hash its files) once, outside the deadline: the first request waits for
+        it instead of counting a cold start as a failure."""
+        if not self._warmed:
+            embedder = self.embedder
+            embedder.embed(["warm up"])
+            _ = embedder.model_id
+            self._warmed = True
+
+    def submit(self, work: Callable[[], object]) -> None:
+        """Run ``work`` in the background (indexing a streamed answer when its stream ends)."""
+        self._pool().submit(work)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._workers is None:
+            with self._lock:
+                if self._workers is None:
+                    self._workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="cachekit-semantic")
+        return self._workers
 
     def remember(self, lookup: Lookup, entry_key: str, ttl: float | None) -> None:
         """Index the question of ``lookup`` as answered by the stored entry ``entry_key``."""
@@ -214,7 +265,9 @@ class SemanticLayer:
         self.index.remove(partition, entry_key)
 
     def close(self) -> None:
-        """Close the index if this layer opened it."""
+        """Stop the worker threads and close the index if this layer opened it."""
+        if self._workers is not None:
+            self._workers.shutdown(wait=False, cancel_futures=True)
         if isinstance(self.config.index, str) and self._index is not None:
             self._index.close()
 
@@ -235,14 +288,3 @@ def _open_index(config: SemanticConfig) -> VectorIndex:
 
         return RedisVectorIndex(url, max_entries_per_partition=config.max_entries_per_partition)
     raise ConfigError("a semantic index is memory:// or a Redis 8 URL (redis://, redis+cluster://, ...)")
-
-
-def parse_threshold(value: str) -> float | None:
-    """The threshold in an ``x-cachekit-semantic`` header value, or ``None`` for on/off words."""
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    if not math.isfinite(number) or not -1.0 <= number <= 1.0:
-        raise ValueError(f"a semantic threshold is a cosine in [-1, 1], not {value!r}")
-    return number

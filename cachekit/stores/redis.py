@@ -63,11 +63,11 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import parse_qs, unquote
 from weakref import WeakKeyDictionary
 
+from cachekit._closing import AsyncClosing, Closing
 from cachekit.errors import ConfigError, MissingExtraError, StoreError, StoreUnavailableError
 from cachekit.stores.base import EntryInfo
 from cachekit.stores.memory import _check_ttl
@@ -258,7 +258,7 @@ def _import_redis() -> None:
         raise MissingExtraError("redis", "redis", "the Redis store (redis:// URLs)") from exc
 
 
-class RedisStore:
+class RedisStore(Closing, AsyncClosing):
     """Exact cached responses on Redis or a Redis Cluster, for sync and async clients alike.
 
     Args:
@@ -487,13 +487,8 @@ class RedisStore:
         pattern = _escape_glob(self._prefix) + "{*"
         try:
             for node in self._nodes():
-                batch: list[bytes] = []
-                for name in node.scan_iter(match=pattern, count=_BATCH):
-                    batch.append(name)
-                    if len(batch) >= _BATCH:
-                        _unlink_each(node, batch)
-                        batch = []
-                _unlink_each(node, batch)
+                for batch in _scan_batches(node, pattern):
+                    _unlink_each(node, batch)
         except self._errors as exc:
             self._fail("clear", exc)
 
@@ -584,13 +579,8 @@ class RedisStore:
         pattern = _escape_glob(start + prefix) + "*"
         try:
             for node in self._nodes():
-                batch: list[bytes] = []
-                for name in node.scan_iter(match=pattern, count=_BATCH):
-                    batch.append(name)
-                    if len(batch) >= _BATCH:
-                        yield from self._describe(node, batch, start, prefix)
-                        batch = []
-                yield from self._describe(node, batch, start, prefix)
+                for batch in _scan_batches(node, pattern):
+                    yield from self._describe(node, batch, start, prefix)
         except self._errors as exc:
             self._fail("entries", exc)
 
@@ -619,28 +609,6 @@ class RedisStore:
             self._fail("ping", exc)
 
     # -- dunder ------------------------------------------------------------------------------------
-
-    def __enter__(self) -> RedisStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> RedisStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"RedisStore({self._target.redacted()!r}, prefix={self._prefix!r})"
@@ -827,6 +795,18 @@ class RedisStore:
 def _bytes_or_none(value: bytes | str | None) -> bytes | None:
     # The clients never decode responses, so a reply is bytes; str only to satisfy the signature.
     return value.encode() if isinstance(value, str) else value
+
+
+def _scan_batches(node: redis.Redis, pattern: str) -> Iterator[list[bytes]]:
+    """The keys matching ``pattern`` on one node, in batches of up to ``_BATCH`` (``SCAN``)."""
+    batch: list[bytes] = []
+    for name in node.scan_iter(match=pattern, count=_BATCH):
+        batch.append(name)
+        if len(batch) >= _BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _unlink_each(node: redis.Redis, names: list[bytes]) -> None:
