@@ -14,6 +14,8 @@ _A = TypeVar("_A", bound="AsyncClosing")
 class Closing:
     """``with obj:`` closes ``obj`` on the way out (the subclass defines ``close``)."""
 
+    __slots__ = ()
+
     def close(self) -> None:  # pragma: no cover - every subclass defines it
         raise NotImplementedError
 
@@ -31,6 +33,8 @@ class Closing:
 
 class AsyncClosing:
     """``async with obj:`` awaits ``obj.aclose()`` on the way out (the subclass defines it)."""
+
+    __slots__ = ()
 
     async def aclose(self) -> None:  # pragma: no cover - every subclass defines it
         raise NotImplementedError

@@ -529,28 +529,23 @@ def _stop_shared() -> None:
 atexit.register(_stop_shared)
 
 
-@pytest.fixture(scope="session")
-def redis7_server() -> Iterator[RedisServer]:
-    """A Redis 7 server for the whole session. Isolate data by key prefix; never stop it."""
-    server = _shared_server("redis7")
-    assert isinstance(server, RedisServer)
-    yield server
-    _stop_shared()
+def _session_fixture(kind: str, expected: type[Any], name: str, doc: str) -> Any:
+    """A session-scoped fixture yielding the shared server ``kind``; the data is isolated by key
+    prefix and the server is never stopped by a test."""
+
+    @pytest.fixture(scope="session", name=name)
+    def fixture() -> Iterator[Any]:
+        server = _shared_server(kind)
+        assert isinstance(server, expected)
+        yield server
+        _stop_shared()
+
+    fixture.__doc__ = doc
+    return fixture
 
 
-@pytest.fixture(scope="session")
-def redis8_server() -> Iterator[RedisServer]:
-    """A Redis 8 server for the whole session. Isolate data by key prefix; never stop it."""
-    server = _shared_server("redis8")
-    assert isinstance(server, RedisServer)
-    yield server
-    _stop_shared()
-
-
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisCluster3]:
-    """A three-master Redis 7 cluster for the whole session. Isolate data by key prefix."""
-    cluster = _shared_server("cluster")
-    assert isinstance(cluster, RedisCluster3)
-    yield cluster
-    _stop_shared()
+redis7_server = _session_fixture("redis7", RedisServer, "redis7_server", "A Redis 7 server for the session.")
+redis8_server = _session_fixture("redis8", RedisServer, "redis8_server", "A Redis 8 server for the session.")
+redis_cluster = _session_fixture(
+    "cluster", RedisCluster3, "redis_cluster", "A three-master Redis 7 cluster for the session."
+)

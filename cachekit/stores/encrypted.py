@@ -57,9 +57,9 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, cast, overload
 
+from cachekit._closing import AsyncClosing, Closing
 from cachekit.errors import ConfigError, MissingExtraError
 from cachekit.stores.base import (
     AsyncStore,
@@ -371,7 +371,7 @@ def _check_keys(keys: object) -> list[str]:
     return key_ids
 
 
-class EncryptedSyncStore(EncryptedStore):
+class EncryptedSyncStore(EncryptedStore, Closing):
     """An :class:`EncryptedStore` over a synchronous :class:`~cachekit.stores.base.Store`."""
 
     __slots__ = ()
@@ -397,19 +397,8 @@ class EncryptedSyncStore(EncryptedStore):
         """Close the inner store."""
         self._inner.close()
 
-    def __enter__(self) -> EncryptedSyncStore:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class EncryptedAsyncStore(EncryptedStore):
+class EncryptedAsyncStore(EncryptedStore, AsyncClosing):
     """An :class:`EncryptedStore` over an :class:`~cachekit.stores.base.AsyncStore`."""
 
     __slots__ = ()
@@ -430,17 +419,6 @@ class EncryptedAsyncStore(EncryptedStore):
     async def aclose(self) -> None:
         """Close the inner store."""
         await self._inner.aclose()
-
-    async def __aenter__(self) -> EncryptedAsyncStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 class EncryptedDualStore(EncryptedSyncStore, EncryptedAsyncStore):
