@@ -30,7 +30,6 @@ import itertools
 import json
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -235,14 +234,23 @@ def _parse_object(content: bytes) -> dict[str, Any] | None:
         return None
     if not isinstance(body, dict):
         return None
-    if _DIGIT_RUN.search(content) is not None and _has_big_int(content):
+    if _has_digit_run(content) and _has_big_int(content):
         return None
     return body
 
 
 # Nineteen digits in a row may be an integer beyond 64 bits (-2**63 - 1 has 19; or they are just
 # digits inside a string: the exact check below tells them apart, and only runs after this cheap scan).
-_DIGIT_RUN = re.compile(rb"[0-9]{19}")
+# Digits map to b"1", everything else to b"0", then a substring search: about 12x faster than the
+# regex [0-9]{19} on a 40 KB agent request (0.05 ms against 0.63 ms), and every new body pays it.
+_DIGITS_AS_ONES = bytes(0x31 if 0x30 <= i <= 0x39 else 0x30 for i in range(256))
+_NINETEEN_DIGITS = b"1" * 19
+
+
+def _has_digit_run(content: bytes) -> bool:
+    return _NINETEEN_DIGITS in content.translate(_DIGITS_AS_ONES)
+
+
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 
 
@@ -460,6 +468,7 @@ class Pipeline:
         self._flights = Flights(stale_after=config.coalesce_timeout)
         self._semantic: SemanticLayer | None = None
         self._semantic_lock = threading.Lock()
+        self._store_tag: tuple[bytes, str] | None = None
         #: Skips the semantic layer while its index or embedder keeps failing.
         self.semantic_breaker = CircuitBreaker(
             failure_threshold=config.breaker_threshold,
@@ -525,7 +534,12 @@ class Pipeline:
         if keyed is None:  # the store could not give its secret: no key, so no caching for this call
             return (yield from self._uncached(request, route, control))
         key, partition = keyed
-        scope = self._semantic_scope(request, headers, route, control, partition)
+        # Only built for requests that may use the semantic layer: every request passes here.
+        scope = (
+            self._semantic_scope(request, headers, route, control, partition)
+            if self._wants_semantic(control)
+            else ()
+        )
         call = _Call(key, route, seen.form, control, seen.model, partition, scope)
         flight: Flight | None = None
         semantic: _SemanticCall | None = None
@@ -625,14 +639,18 @@ class Pipeline:
         if self._semantic is not None:
             self._semantic.close()
 
-    def _semantic_for(self, control: _Control) -> SemanticLayer | None:
-        """The semantic layer when this request uses it (client setting, call site or header)."""
+    def _wants_semantic(self, control: _Control) -> bool:
+        """Whether this request uses the semantic layer (header or call site, else the client's setting)."""
+        if control.semantic is not None:
+            return control.semantic
         layer = self._semantic
-        wanted = (
-            control.semantic if control.semantic is not None else (layer is not None and layer.config.enabled)
-        )
-        if not wanted:
+        return layer is not None and layer.config.enabled
+
+    def _semantic_for(self, control: _Control) -> SemanticLayer | None:
+        """The semantic layer when this request uses it (built on a first opt-in)."""
+        if not self._wants_semantic(control):
             return None
+        layer = self._semantic
         if layer is None:  # opted in per request or call site on a client without a semantic config
             with self._semantic_lock:
                 if self._semantic is None:
@@ -651,7 +669,12 @@ class Pipeline:
         """What bounds a semantic partition besides the body: everything else the exact key covers,
         plus an HMAC of the store's secret (partition ids are then unguessable and store-specific)."""
         secret = self._secret or b""
-        store_tag = hmac.new(secret, b"cachekit/semantic-scope", hashlib.sha256).hexdigest()
+        if self._store_tag is None or self._store_tag[0] != secret:  # the secret may be re-read
+            self._store_tag = (
+                secret,
+                hmac.new(secret, b"cachekit/semantic-scope", hashlib.sha256).hexdigest(),
+            )
+        store_tag = self._store_tag[1]
         return (
             control.namespace,
             partition,

@@ -156,7 +156,28 @@ def _resp(*args: str | bytes | int | float) -> bytes:
 _RUNNING: set[RedisServer] = set()
 
 
-class RedisServer:
+class _Started:
+    """``with server:`` starts it and cleans it up afterwards (the class defines both)."""
+
+    def start(self) -> Any:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def cleanup(self) -> None:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+
+class RedisServer(_Started):
     """One ``redis-server`` on 127.0.0.1, in a directory of its own.
 
     Args:
@@ -373,23 +394,12 @@ class RedisServer:
             thread.join()
         return thread
 
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
-
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"RedisServer(v{'.'.join(map(str, self.version))}, port={self.port}, {state})"
 
 
-class RedisCluster3:
+class RedisCluster3(_Started):
     """A Redis Cluster of three masters (no replicas) on loopback, slots split in three equal ranges."""
 
     RANGES = ((0, 5460), (5461, 10922), (10923, 16383))
@@ -474,17 +484,6 @@ class RedisCluster3:
             node.cleanup()
 
     stop = cleanup
-
-    def __enter__(self) -> RedisCluster3:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
 
     def __repr__(self) -> str:
         return f"RedisCluster3(ports={self.ports})"

@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -116,36 +117,28 @@ class PlainStore:
         self._inner.close()
 
 
-class PlainDualStore(PlainStore):
+class AsyncFacade:
+    """The AsyncStore methods over a sync store's own (mixed into a sync store class)."""
+
+    async def aget(self: Any, key: str) -> bytes | None:
+        return self.get(key)  # type: ignore[no-any-return]
+
+    async def aset(self: Any, key: str, value: bytes, *, ttl: float | None = None) -> None:
+        self.set(key, value, ttl=ttl)
+
+    async def adelete(self: Any, key: str) -> None:
+        self.delete(key)
+
+    async def aclose(self: Any) -> None:
+        self.close()
+
+
+class PlainDualStore(PlainStore, AsyncFacade):
     """Both store protocols and nothing else."""
 
-    async def aget(self, key: str) -> bytes | None:
-        return self.get(key)
 
-    async def aset(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
-        self.set(key, value, ttl=ttl)
-
-    async def adelete(self, key: str) -> None:
-        self.delete(key)
-
-    async def aclose(self) -> None:
-        self.close()
-
-
-class DualMemoryStore(MemoryStore):
+class DualMemoryStore(MemoryStore, AsyncFacade):
     """Both protocols over one dict, like the Redis store."""
-
-    async def aget(self, key: str) -> bytes | None:
-        return self.get(key)
-
-    async def aset(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
-        self.set(key, value, ttl=ttl)
-
-    async def adelete(self, key: str) -> None:
-        self.delete(key)
-
-    async def aclose(self) -> None:
-        self.close()
 
 
 class InspectableMemoryStore(MemoryStore):

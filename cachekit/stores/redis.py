@@ -64,11 +64,12 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
-from urllib.parse import parse_qs, unquote
+from urllib.parse import unquote
 from weakref import WeakKeyDictionary
 
 from cachekit._closing import AsyncClosing, Closing
 from cachekit.errors import ConfigError, MissingExtraError, StoreError, StoreUnavailableError
+from cachekit.stores._query import query_params
 from cachekit.stores.base import EntryInfo
 from cachekit.stores.memory import _check_ttl
 
@@ -191,21 +192,7 @@ def _parse_url(url: str) -> _Target:
         db = int(path)
         if cluster and db != 0:
             raise ConfigError(f"{shown!r}: a Redis Cluster has only database 0")
-    try:
-        parsed = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
-    except ValueError as exc:
-        raise ConfigError(f"{shown!r} has a malformed query string") from exc
-    unknown = sorted(set(parsed) - set(_QUERY_PARAMS))
-    if unknown:
-        raise ConfigError(
-            f"{scheme}:// does not take the parameter(s) {', '.join(unknown)}; "
-            f"it takes {', '.join(_QUERY_PARAMS)}"
-        )
-    params: dict[str, str] = {}
-    for name, values in parsed.items():
-        if len(values) != 1:
-            raise ConfigError(f"{scheme}:// parameter {name} is given {len(values)} times; give it once")
-        params[name] = values[0]
+    params = query_params(query, _QUERY_PARAMS, scheme=scheme, shown=shown)
     if "ssl_ca_certs" in params and not scheme.startswith("rediss"):
         raise ConfigError(f"{scheme}:// parameter ssl_ca_certs needs TLS: use rediss://")
     return _Target(scheme, hosts, username, password, db, params)

@@ -15,9 +15,10 @@ Supported::
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import parse_qs, unquote
+from urllib.parse import unquote
 
 from cachekit.errors import ConfigError
+from cachekit.stores._query import query_params
 from cachekit.stores.base import Store
 from cachekit.stores.memory import MemoryStore
 from cachekit.stores.sqlite import SQLiteStore
@@ -67,16 +68,7 @@ def _memory(rest: str) -> MemoryStore:
     location, _, query = rest.partition("?")
     if location not in ("", "/"):
         raise ConfigError(f"memory:// takes no host or path, got {location!r}; use memory://?max_bytes=N")
-    try:
-        params = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
-    except ValueError as exc:
-        raise ConfigError(f"memory:// has a malformed query string {query!r}") from exc
-    unknown = sorted(set(params) - set(_MEMORY_PARAMS))
-    if unknown:
-        raise ConfigError(
-            f"memory:// does not take the parameter(s) {', '.join(unknown)}; "
-            f"it takes {', '.join(_MEMORY_PARAMS)}"
-        )
+    params = query_params(query, _MEMORY_PARAMS, scheme="memory", shown=f"memory://?{query}")
     max_bytes = _positive_int(params, "max_bytes")
     max_entries = _positive_int(params, "max_entries")
     if max_bytes is None:
@@ -84,17 +76,15 @@ def _memory(rest: str) -> MemoryStore:
     return MemoryStore(max_bytes=max_bytes, max_entries=max_entries)
 
 
-def _positive_int(params: dict[str, list[str]], name: str) -> int | None:
-    values = params.get(name)
-    if values is None:
+def _positive_int(params: dict[str, str], name: str) -> int | None:
+    raw = params.get(name)
+    if raw is None:
         return None
-    if len(values) != 1:
-        raise ConfigError(f"memory:// parameter {name} is given {len(values)} times; give it once")
-    raw = values[0].strip()
     # isdecimal() rather than int() alone: int() also accepts "1_000", "+5" and non-ASCII digits.
-    if not (raw.isascii() and raw.isdecimal()) or int(raw) <= 0:
-        raise ConfigError(f"memory:// parameter {name} must be a positive integer, not {values[0]!r}")
-    return int(raw)
+    value = raw.strip()
+    if not (value.isascii() and value.isdecimal()) or int(value) <= 0:
+        raise ConfigError(f"memory:// parameter {name} must be a positive integer, not {raw!r}")
+    return int(value)
 
 
 def _sqlite(rest: str, home: Path) -> SQLiteStore:
