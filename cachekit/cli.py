@@ -5,6 +5,7 @@
 ``cachekit report`` prints what calls cost, with and without caching, from the cost ledger.
 ``cachekit stats``, ``cachekit purge`` and ``cachekit health`` are the operator's tools for a store.
 ``cachekit semantic-eval PAIRS.jsonl`` measures the semantic cache's precision and recall on labelled pairs.
+``cachekit serve`` runs the offline local backend: the providers' HTTP APIs on a local engine.
 """
 
 from __future__ import annotations
@@ -273,6 +274,33 @@ def _semantic_eval(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    from cachekit.errors import CachekitError
+    from cachekit.local import LocalBackend, LocalServer, make_engine
+
+    try:
+        engine = make_engine(args.engine, model=args.model, device=args.device)
+        backend = LocalBackend(engine, rules=args.rules)
+        server = LocalServer(backend, host=args.host, port=args.port)
+    except (CachekitError, OSError, ValueError) as exc:
+        out.write(f"cachekit serve: {exc}\n")
+        return 2
+    out.write(
+        f"cachekit serve: {engine.name} engine, {args.rules} cache rules, listening on {server.url}\n"
+        f"  anthropic.Anthropic(base_url={server.url!r}, api_key='local')\n"
+        f"  openai.OpenAI(base_url={(server.url + '/v1')!r}, api_key='local')\n"
+    )
+    out.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        backend.close()
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cachekit", description="Caching middleware for hosted LLM APIs.")
     parser.add_argument("--version", action="version", version=f"cachekit {__version__}")
@@ -331,6 +359,29 @@ def _build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--redis-url", metavar="URL", help="a Redis 8 server for --index redis")
     evaluation.add_argument("--json", action="store_true", help="print the counts as JSON")
     evaluation.set_defaults(run=_semantic_eval)
+    serve = commands.add_parser(
+        "serve",
+        help="the offline local backend: Anthropic and OpenAI HTTP APIs on a local engine",
+        description="Serves POST /v1/messages, /v1/chat/completions and /v1/responses until stopped.",
+    )
+    serve.add_argument("--engine", choices=("scripted", "transformers"), default="scripted")
+    serve.add_argument(
+        "--model",
+        default=None,
+        help="transformers engine: smollm2 (default), tiny, or a local model directory",
+    )
+    serve.add_argument(
+        "--device", default=None, help="transformers engine: cuda or cpu (default: cuda if any)"
+    )
+    serve.add_argument(
+        "--rules",
+        choices=("auto", "anthropic", "openai", "none"),
+        default="auto",
+        help="prompt-caching rules that bill each API (auto: each API by its provider's)",
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8765)
+    serve.set_defaults(run=_serve)
     return parser
 
 

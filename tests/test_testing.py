@@ -473,15 +473,19 @@ def test_responses_stream_helper(upstream: FakeUpstream) -> None:
 
 
 def test_responses_incomplete(upstream: FakeUpstream) -> None:
+    question = "A long question about many things " * 4
     with gpt(upstream) as client:
-        response = client.responses.create(model=GPT, input="A long question", max_output_tokens=2)
-        events = list(
-            client.responses.create(model=GPT, input="A long question", max_output_tokens=2, stream=True)
-        )
+        response = client.responses.create(model=GPT, input=question, max_output_tokens=16)
+        events = list(client.responses.create(model=GPT, input=question, max_output_tokens=16, stream=True))
+        with pytest.raises(openai.BadRequestError) as too_small:
+            client.responses.create(model=GPT, input=question, max_output_tokens=2)
     assert response.status == "incomplete"
     assert response.incomplete_details is not None
     assert response.incomplete_details.reason == "max_output_tokens"
+    assert response.usage is not None
+    assert response.usage.output_tokens == 16
     assert events[-1].type == "response.incomplete"
+    assert too_small.value.code == "integer_below_min_value"  # the Responses API's minimum is 16
 
 
 @pytest.mark.anyio
@@ -601,7 +605,8 @@ def test_invalid_bodies_are_400(upstream: FakeUpstream) -> None:
     assert broken.status_code == 400
     assert broken.json()["error"]["type"] == "invalid_request_error"
     assert missing.status_code == 400
-    assert missing.json()["error"]["message"] == "messages: Field required"
+    assert missing.json()["error"]["message"] == "Missing required parameter: 'messages'."
+    assert missing.json()["error"]["param"] == "messages"
 
 
 def test_fail_next_rejects_zero_times(upstream: FakeUpstream) -> None:

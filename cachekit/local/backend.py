@@ -1,0 +1,327 @@
+"""The local backend: provider HTTP APIs answered by a local engine, billed by the providers' rules.
+
+:class:`LocalBackend` is sans-I/O: :meth:`LocalBackend.handle` takes a request's method, path,
+headers and body and returns a :class:`~cachekit.local.wire.Reply`. Two thin shells serve it: the
+in-process httpx transports (:mod:`cachekit.local.transport`) and a real HTTP server
+(:mod:`cachekit.local.server`, ``cachekit serve``).
+
+A request goes through: routing → JSON → validation (:mod:`cachekit.local.parse`, the provider's
+error shapes) → model check → context-window check → cache accounting
+(:mod:`cachekit.local.accounting`, which may refuse the request as the provider would, e.g. a 5th
+breakpoint) → the engine → rendering (:mod:`cachekit.local.wire`). Billing is separate from any
+physical reuse the engine does (its prefix KV cache), as at the providers.
+
+Which rules bill a request (``rules=``): ``"auto"`` bills each API by its provider's rules
+(Messages: Anthropic's explicit breakpoints; Chat Completions and Responses: OpenAI's automatic
+prefix caching); ``"anthropic"`` applies the explicit-breakpoint rules to every API (OpenAI-compatible
+providers with Anthropic-style markers, such as Alibaba Cloud Model Studio); ``"openai"`` applies
+automatic caching to every API; ``"none"`` bills every token as uncached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from cachekit.local.accounting import AnthropicCache, CacheRuleError, OpenAICache, Retention
+from cachekit.local.clock import Clock
+from cachekit.local.engine import Engine, ToolCall
+from cachekit.local.parse import BadRequest, Parsed, parse
+from cachekit.local.wire import (
+    BAD_JSON,
+    Billing,
+    Dialect,
+    Endpoint,
+    Reply,
+    dialect_of,
+    endpoint_of,
+    error_reply,
+    render,
+    stream_error_event,
+)
+
+__all__ = ["BackendStats", "LocalBackend", "Rules"]
+
+logger = logging.getLogger("cachekit.local")
+
+Rules = Literal["auto", "anthropic", "openai", "none"]
+_RULES = ("auto", "anthropic", "openai", "none")
+_TENANT_DOMAIN = b"cachekit.local.tenant.v1\x00"
+
+
+@dataclass(frozen=True)
+class BackendStats:
+    """Counters of one backend: requests answered, errors returned, tokens billed by kind."""
+
+    requests: int
+    errors: int
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+
+
+def tenant_of(headers: Mapping[str, str]) -> bytes:
+    """The caller's partition: a digest of its credential (caches never cross API keys)."""
+    credential = headers.get("x-api-key") or headers.get("authorization") or ""
+    return hashlib.sha256(_TENANT_DOMAIN + credential.encode()).digest()[:16]
+
+
+class LocalBackend:
+    """Answers the Anthropic and OpenAI HTTP APIs from a local engine, with the providers' cache billing.
+
+    Args:
+        engine: what answers; by default the instant :class:`~cachekit.local.scripted.ScriptedEngine`.
+        rules: which provider's prompt-caching rules bill each API (see the module docstring).
+        clock: the time the cache's TTLs run on (a :class:`~cachekit.local.clock.ManualClock` lets a
+            test expire entries); monotonic seconds by default.
+        capacity_tokens: how many prompt tokens the simulated provider cache holds (LRU beyond).
+        models: the model names accepted; others get the provider's 404. By default every model in
+            cachekit's price and cache-rule tables plus the engine's own name.
+        accept_any_model: accept every model name (a test double of an unknown provider).
+    """
+
+    def __init__(
+        self,
+        engine: Engine | None = None,
+        *,
+        rules: Rules = "auto",
+        clock: Clock | None = None,
+        capacity_tokens: int = 50_000_000,
+        models: Iterable[str] | None = None,
+        accept_any_model: bool = False,
+    ) -> None:
+        if rules not in _RULES:
+            raise ValueError(f"rules must be one of {', '.join(_RULES)}, not {rules!r}")
+        if engine is None:
+            from cachekit.local.scripted import ScriptedEngine
+
+            engine = ScriptedEngine()
+        self.engine = engine
+        self.rules: Rules = rules
+        # Explicit breakpoints on the Messages API follow Anthropic's table; on the OpenAI-compatible
+        # APIs (rules="anthropic") they follow Alibaba Cloud Model Studio's, whose API that is.
+        self._anthropic = AnthropicCache(clock=clock, capacity_tokens=capacity_tokens)
+        self._bailian = AnthropicCache(provider="bailian", clock=clock, capacity_tokens=capacity_tokens)
+        self._openai = OpenAICache(clock=clock, capacity_tokens=capacity_tokens)
+        self._models = frozenset(models) if models is not None else None
+        self._accept_any_model = accept_any_model
+        self._lock = threading.Lock()  # the caches' state and the counters
+        self._requests = 0
+        self._errors = 0
+        self._billed = [0, 0, 0]
+
+    # -- public -------------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> BackendStats:
+        """A snapshot of the counters."""
+        with self._lock:
+            total, read, write = self._billed
+            return BackendStats(self._requests, self._errors, total, read, write)
+
+    def handle(
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes, *, host: str = "localhost"
+    ) -> Reply:
+        """Answer one request (``headers`` with lower-case names). Never raises for bad input."""
+        lowered = {key.lower(): value for key, value in headers.items()}
+        endpoint = endpoint_of(method, path)
+        dialect = dialect_of(endpoint, lowered)
+        with self._lock:
+            self._requests += 1
+        reply = self._serve(
+            method=method,
+            path=path,
+            endpoint=endpoint,
+            dialect=dialect,
+            headers=lowered,
+            body=body,
+            host=host,
+        )
+        if reply.status >= 400:
+            with self._lock:
+                self._errors += 1
+        return reply
+
+    def close(self) -> None:
+        """Close the engine (it persists its caches where it keeps them on disk)."""
+        self.engine.close()
+
+    def __enter__(self) -> LocalBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _serve(
+        self,
+        *,
+        method: str,
+        path: str,
+        endpoint: Endpoint | None,
+        dialect: Dialect,
+        headers: dict[str, str],
+        body: bytes,
+        host: str,
+    ) -> Reply:
+        if endpoint is None:
+            message = "Not Found" if dialect == "anthropic" else f"Invalid URL ({method.upper()} {path})"
+            return error_reply(dialect, 404, message)
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return error_reply(dialect, 400, BAD_JSON[dialect])
+        if not isinstance(payload, dict):
+            return error_reply(dialect, 400, BAD_JSON[dialect])
+        try:
+            parsed = parse(endpoint, payload, self.engine.tokenizer, salt=tenant_of(headers))
+            self._check_model(dialect, parsed)
+            self._check_context(dialect, endpoint, parsed)
+            billing = self._bill(endpoint, payload, parsed, tenant_of(headers))
+        except BadRequest as error:
+            return error_reply(dialect, error.status, error.message, param=error.param, code=error.code)
+        except CacheRuleError as error:
+            return error_reply(dialect, 400, str(error))
+        if endpoint == "count_tokens":
+            return render(endpoint, payload, _Nothing(), billing, host)
+        try:
+            generation = self.engine.generate(parsed.prompt)
+            reply = render(endpoint, payload, generation, billing, host)
+        except Exception:  # an engine failure is the provider's 500, never a crashed server
+            logger.exception("the %s engine failed", self.engine.name)
+            return error_reply(dialect, 500, "Internal server error")
+        if reply.events is not None:
+            return Reply(
+                reply.status, reply.headers, events=_guarded(reply.events, endpoint, self.engine.name)
+            )
+        return reply
+
+    def _check_model(self, dialect: Dialect, parsed: Parsed) -> None:
+        model = parsed.prompt.model
+        if self._accept_any_model or model == self.engine.name:
+            return
+        known = self._models if self._models is not None else _known_models()
+        if model in known or (self._models is None and _known_prefix(model)):
+            return
+        if dialect == "anthropic":
+            raise BadRequest(f"model: {model}", status=404)
+        raise BadRequest(
+            f"The model `{model}` does not exist or you do not have access to it.",
+            status=404,
+            code="model_not_found",
+        )
+
+    def _check_context(self, dialect: Dialect, endpoint: Endpoint, parsed: Parsed) -> None:
+        window = _context_window(dialect, parsed.prompt.model, self.engine.context_window)
+        if window is None:
+            return
+        length = max(self.engine.prompt_tokens(parsed.prompt), sum(s.tokens for s in parsed.segments))
+        if length <= window:
+            return
+        if dialect == "anthropic":
+            raise BadRequest(f"prompt is too long: {length} tokens > {window} maximum")
+        if endpoint == "responses":
+            raise BadRequest(
+                "Your input exceeds the context window of this model. "
+                "Please adjust your input and try again.",
+                param="input",
+                code="context_length_exceeded",
+            )
+        raise BadRequest(
+            f"This model's maximum context length is {window} tokens. However, your messages resulted in "
+            f"{length} tokens. Please reduce the length of the messages.",
+            param="messages",
+            code="context_length_exceeded",
+        )
+
+    def _bill(self, endpoint: Endpoint, payload: dict[str, Any], parsed: Parsed, tenant: bytes) -> Billing:
+        total = sum(segment.tokens for segment in parsed.segments)
+        rules = self.rules
+        if rules == "auto":
+            rules = "anthropic" if endpoint in ("messages", "count_tokens") else "openai"
+        if endpoint == "count_tokens" or rules == "none":
+            billing = Billing(total)
+        elif rules == "anthropic":
+            with self._lock:
+                explicit = self._anthropic if endpoint == "messages" else self._bailian
+                usage = explicit.account(
+                    model=parsed.prompt.model,
+                    partition=tenant,
+                    segments=parsed.segments,
+                    automatic=parsed.automatic,
+                    context=parsed.context,
+                )
+            billing = Billing(
+                total,
+                usage.cache_read_input_tokens,
+                usage.ephemeral_5m_input_tokens,
+                usage.ephemeral_1h_input_tokens,
+            )
+        else:
+            retention: Retention = "24h" if payload.get("prompt_cache_retention") == "24h" else "in_memory"
+            key = payload.get("prompt_cache_key")
+            with self._lock:
+                cached = self._openai.account(
+                    model=parsed.prompt.model,
+                    partition=tenant,
+                    tokens=parsed.tokens,
+                    retention=retention,
+                    cache_key=key if isinstance(key, str) else None,
+                )
+            billing = Billing(total, cached.cached_tokens)
+        if endpoint != "count_tokens":
+            with self._lock:
+                self._billed[0] += billing.total
+                self._billed[1] += billing.cache_read
+                self._billed[2] += billing.cache_write
+        return billing
+
+
+class _Nothing:
+    """The empty generation of a token-count request."""
+
+    tool_call: ToolCall | None = None
+    finish_reason: Literal["end"] = "end"
+    stop_sequence = None
+    output_tokens = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+
+def _guarded(events: Iterable[bytes], endpoint: Endpoint, engine: str) -> Iterator[bytes]:
+    """A stream whose engine fails midway ends with the provider's error event, not a broken socket."""
+    sent = 0
+    try:
+        for event in events:
+            sent += 1
+            yield event
+    except Exception:
+        logger.exception("the %s engine failed while streaming", engine)
+        yield stream_error_event(endpoint, sent)
+
+
+def _known_models() -> frozenset[str]:
+    from cachekit.cost.prices import default_prices
+
+    return frozenset(row.model for row in default_prices())
+
+
+def _known_prefix(model: str) -> bool:
+    """A dated or suffixed name of a known model (``claude-sonnet-4-5-20250929``)."""
+    return any(model.startswith(name + "-") or model.startswith(name + "@") for name in _known_models())
+
+
+def _context_window(dialect: Dialect, model: str, engine_window: int | None) -> int | None:
+    """The smaller of the model's documented window and the engine's own."""
+    from cachekit.providers.cache_rules import cache_rules
+
+    windows = [w for w in (cache_rules(dialect, model).context_window, engine_window) if w is not None]
+    return min(windows) if windows else None

