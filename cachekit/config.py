@@ -89,6 +89,10 @@ class CacheConfig:
         encryption_keys: encrypt stored responses at rest with AES-256-GCM: a mapping of key id to
             32-byte key (the first is current), or a spec ``"kid:base64key,kid2:..."``; needs the
             ``encryption`` extra. An entry that does not decrypt is a miss.
+        price_as: the provider whose price table prices calls to a host cachekit does not know (a
+            gateway, a proxy, or the local backend standing in for a provider), e.g. ``"anthropic"``.
+            Unset, such calls are recorded with their token counts but no cost. Keys are unaffected:
+            an unknown host's entries never mix with a known provider's.
     """
 
     # Not in the repr: a store URL may carry a password (redis://user:password@host).
@@ -110,6 +114,7 @@ class CacheConfig:
     store_prompts: bool = True
     semantic: SemanticConfig | bool = False
     encryption_keys: Mapping[str, bytes] | str | None = field(default=None, repr=False)
+    price_as: str | None = None
 
     def __post_init__(self) -> None:
         if self.ttl is not None and not self.ttl > 0:
@@ -126,6 +131,8 @@ class CacheConfig:
             # "" would be an explicit tenant that every credential shares, while an empty
             # x-cachekit-tenant header or policy(tenant="") means "no tenant": refuse the ambiguity.
             raise ConfigError("tenant must be a non-empty string or None (None: partition by credential)")
+        if self.price_as is not None and (not isinstance(self.price_as, str) or not self.price_as.strip()):
+            raise ConfigError(f"price_as must be a provider name such as 'anthropic', not {self.price_as!r}")
         if self.on_cache_error not in ("bypass", "raise"):
             raise ConfigError(f"on_cache_error must be 'bypass' or 'raise', not {self.on_cache_error!r}")
         if not isinstance(self.breaker_threshold, int) or self.breaker_threshold < 1:

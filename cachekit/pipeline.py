@@ -48,7 +48,7 @@ from cachekit.cost.ledger import Ledger, Outcome
 from cachekit.errors import CacheUnavailableError, CorruptEntryError, StoreError, StoreUnavailableError
 from cachekit.flights import Flight, Flights
 from cachekit.keys import exact_key, partition_for
-from cachekit.providers import CREDENTIAL_HEADERS, Route, error_body, route_request
+from cachekit.providers import CREDENTIAL_HEADERS, PROVIDERS, Route, error_body, route_request
 from cachekit.semantic.base import DimensionMismatchError
 from cachekit.stores import record
 
@@ -70,6 +70,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("cachekit.pipeline")
+_KNOWN_PROVIDERS = frozenset(provider.name for provider in PROVIDERS)
 
 CONTROL_PREFIX = "x-cachekit"
 CACHE_HEADER = "x-cachekit-cache"
@@ -979,8 +980,11 @@ class Pipeline:
             else:
                 body = orjson.loads(answer.body)
             model = body.get("model") if isinstance(body, dict) else None
+            provider = call.route.provider
+            if self.config.price_as is not None and provider not in _KNOWN_PROVIDERS:
+                provider = self.config.price_as
             self._ledger.record_body(
-                call.route.provider,
+                provider,
                 call.route.dialect,
                 model if isinstance(model, str) and model else call.model,
                 body if isinstance(body, dict) else {},

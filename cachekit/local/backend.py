@@ -20,6 +20,7 @@ automatic caching to every API; ``"none"`` bills every token as uncached.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -208,7 +209,7 @@ class LocalBackend:
         if self._accept_any_model or model == self.engine.name:
             return
         known = self._models if self._models is not None else _known_models()
-        if model in known or (self._models is None and _known_prefix(model)):
+        if model in known or (self._models is None and (model.lower() in known or _known_prefix(model))):
             return
         if dialect == "anthropic":
             raise BadRequest(f"model: {model}", status=404)
@@ -308,15 +309,21 @@ def _guarded(events: Iterable[bytes], endpoint: Endpoint, engine: str) -> Iterat
         yield stream_error_event(endpoint, sent)
 
 
+@functools.lru_cache(maxsize=1)
 def _known_models() -> frozenset[str]:
+    """Every model (or model family) named in the price table or the cache-rules table."""
     from cachekit.cost.prices import default_prices
+    from cachekit.providers.cache_rules import default_cache_rules
 
-    return frozenset(row.model for row in default_prices())
+    names = {row.model.lower() for row in default_prices()}
+    names.update(row.prefix.lower() for row in default_cache_rules() if row.prefix)
+    return frozenset(names)
 
 
 def _known_prefix(model: str) -> bool:
     """A dated or suffixed name of a known model (``claude-sonnet-4-5-20250929``)."""
-    return any(model.startswith(name + "-") or model.startswith(name + "@") for name in _known_models())
+    lowered = model.lower()
+    return any(lowered.startswith((name + "-", name + "@", name + ":")) for name in _known_models())
 
 
 def _context_window(dialect: Dialect, model: str, engine_window: int | None) -> int | None:
