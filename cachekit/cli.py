@@ -280,7 +280,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
 
     try:
         engine = make_engine(args.engine, model=args.model, device=args.device)
-        backend = LocalBackend(engine, rules=args.rules)
+        backend = LocalBackend(engine, rules=args.rules, accept_any_model=args.any_model)
         server = LocalServer(backend, host=args.host, port=args.port)
     except (CachekitError, OSError, ValueError) as exc:
         out.write(f"cachekit serve: {exc}\n")
@@ -378,6 +378,11 @@ def _build_parser() -> argparse.ArgumentParser:
         choices=("auto", "anthropic", "openai", "none"),
         default="auto",
         help="prompt-caching rules that bill each API (auto: each API by its provider's)",
+    )
+    serve.add_argument(
+        "--any-model",
+        action="store_true",
+        help="accept every model name (default: the models in cachekit's price and cache-rule tables)",
     )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)

@@ -26,8 +26,10 @@ Every answer has its provider's exact JSON shape (or SSE event stream, when the 
 functions of the request: the text quotes a digest of the request body and the last user message,
 so identical requests get identical text and different requests different text; ids (``msg_...``,
 ``chatcmpl-...``, ``resp_...``) and request ids are fresh on every call, so a test can tell a
-replayed response from a new one. Usage counts are a rough, deterministic token estimate
-(prompt bytes // 4; one output token per word).
+replayed response from a new one. Usage counts are a rough, deterministic token estimate (one token
+per 4 bytes of UTF-8, prompt and answer alike), every prompt token billed as uncached. It is the
+local backend (:mod:`cachekit.local`) with its scripted engine and no cache accounting; use
+:class:`cachekit.local.LocalBackend` for the providers' prompt-caching rules and tiktoken counts.
 
 Tool calls: when the request offers tools and either its final message is a user message that
 mentions "weather" or its ``tool_choice`` forces a tool, the answer is one call of the forced tool

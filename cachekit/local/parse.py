@@ -66,6 +66,14 @@ def digest(payload: dict[str, Any]) -> str:
     return hashlib.sha256(_canonical(stable)).hexdigest()[:12]
 
 
+# OpenAI caches the rendered prompt, whose role headers and message boundaries are tokens too: the
+# flat sequence tags each token id (< 2**32) with its message's role, and each message's first token,
+# so two conversations with the same text under other roles never share a cached prefix, while the
+# count stays the content's.
+_ROLE_TAGS = {"tools": 1, "system": 2, "developer": 2, "user": 3, "assistant": 4, "tool": 5, "function": 5}
+_BOUNDARY_TAG = 1 << 47
+
+
 class _Builder:
     """Collects positions and turns while a request is walked."""
 
@@ -84,6 +92,8 @@ class _Builder:
         *,
         eligible: bool = True,
         block_type: str = "",
+        role: str = "",
+        first: bool = True,
     ) -> None:
         marker = _marker(block, where)
         content = (
@@ -92,7 +102,10 @@ class _Builder:
             else block
         )
         ids = self.tokenizer.encode(text)
-        self.tokens.extend(ids)
+        tag = _ROLE_TAGS.get(role or section, 6) << 40
+        self.tokens.extend(
+            token | tag | (_BOUNDARY_TAG if first and index == 0 else 0) for index, token in enumerate(ids)
+        )
         body = _canonical([section, content])
         self.segments.append(Segment(section, body, len(ids), marker, eligible, where, block_type))
 
@@ -216,7 +229,8 @@ def _anthropic_system(payload: dict[str, Any], b: _Builder) -> None:
     system = payload.get("system")
     if isinstance(system, str):
         if system:
-            b.position("system", system, system, "system")
+            # The string is shorthand for one text block: the same prompt, the same cache entry.
+            b.position("system", {"type": "text", "text": system}, system, "system")
             b.turns.append(Turn("system", system))
     elif isinstance(system, list):
         texts = []
@@ -250,7 +264,7 @@ def _anthropic_turns(messages: list[Any], b: _Builder) -> None:
                 # The string shorthand is one text block; it cannot carry a marker.
                 b.position(
                     "messages",
-                    {"role": role, "text": content},
+                    {"type": "text", "text": content, "role": role},
                     content,
                     f"messages.{m}.content",
                     block_type="text",
@@ -259,12 +273,20 @@ def _anthropic_turns(messages: list[Any], b: _Builder) -> None:
             continue
         if not isinstance(content, list):
             raise BadRequest(f"messages.{m}.content: Field required", param="messages")
+        if not content and not (role == "assistant" and m == len(messages) - 1):
+            raise BadRequest(
+                f"messages.{m}: all messages must have non-empty content except for the optional final "
+                "assistant message",
+                param="messages",
+            )
         texts, calls = [], []
         for c, block in enumerate(content):
             where = f"messages.{m}.content.{c}"
             if not isinstance(block, dict) or not isinstance(block.get("type"), str):
                 raise BadRequest(f"{where}.type: Field required", param="messages")
             kind = block["type"]
+            if kind == "text" and not isinstance(block.get("text"), str):
+                raise BadRequest(f"{where}.text: Input should be a valid string", param="messages")
             if kind == "text" and not block.get("text"):
                 raise BadRequest(f"{where}: text content blocks must be non-empty", param="messages")
             eligible = kind not in ("thinking", "redacted_thinking")
@@ -321,8 +343,21 @@ def _openai_choice(value: Any, endpoint: Endpoint) -> ToolChoice:
     if value in ("none", "required"):
         return ToolChoice("none" if value == "none" else "any")
     if isinstance(value, dict) and value.get("type") == "function":
-        name = value.get("function", {}).get("name") if endpoint == "chat" else value.get("name")
-        return ToolChoice("tool", str(name))
+        holder = value.get("function") if endpoint == "chat" else value
+        if not isinstance(holder, dict) or not isinstance(holder.get("name"), str):
+            raise BadRequest(
+                "Invalid value for 'tool_choice': a function tool choice needs a function name.",
+                param="tool_choice",
+                code="invalid_value",
+            )
+        return ToolChoice("tool", holder["name"])
+    if isinstance(value, str) and value != "auto":
+        raise BadRequest(
+            f"Invalid value for 'tool_choice': {value!r}. "
+            "Supported values are: 'none', 'auto' and 'required'.",
+            param="tool_choice",
+            code="invalid_value",
+        )
     return ToolChoice()
 
 
@@ -332,8 +367,23 @@ def _openai_schema(spec: Any, endpoint: Endpoint) -> dict[str, Any] | None:
     if spec.get("type") == "json_object":
         return {}
     if spec.get("type") == "json_schema":
-        schema = spec.get("json_schema", {}).get("schema") if endpoint == "chat" else spec.get("schema")
+        holder = spec.get("json_schema") if endpoint == "chat" else spec
+        if not isinstance(holder, dict):
+            raise BadRequest(
+                "Invalid type for 'response_format.json_schema': expected an object.",
+                param="response_format.json_schema",
+                code="invalid_type",
+            )
+        schema = holder.get("schema")
         return schema if isinstance(schema, dict) else {}
+    if spec.get("type") != "text":
+        where = "response_format" if endpoint == "chat" else "text.format"
+        raise BadRequest(
+            f"Invalid value for '{where}.type': {spec.get('type')!r}. "
+            "Supported values are: 'text', 'json_object' and 'json_schema'.",
+            param=f"{where}.type",
+            code="invalid_value",
+        )
     return None
 
 
@@ -380,30 +430,47 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
     content = message.get("content")
     where = f"messages.{m}.content"
     if isinstance(content, str):
-        b.position(section, {"role": role, "text": content}, content, where)
+        b.position(section, {"type": "text", "text": content, "role": role}, content, where, role=role)
     elif isinstance(content, list):
         for c, part in enumerate(content):
             if not isinstance(part, dict):
                 raise BadRequest(
                     f"Invalid type for 'messages[{m}].content[{c}]'.", param=f"messages[{m}].content[{c}]"
                 )
-            b.position(section, {**part, "role": role}, _block_text(part), f"{where}.{c}")
+            b.position(
+                section, {**part, "role": role}, _block_text(part), f"{where}.{c}", role=role, first=c == 0
+            )
     elif content is not None or role != "assistant":
         raise BadRequest(
             f"Missing required parameter: 'messages[{m}].content'.", param=f"messages[{m}].content"
         )
     calls = []
-    for call in message.get("tool_calls") or []:
-        function = call.get("function", {}) if isinstance(call, dict) else {}
+    tool_calls = message.get("tool_calls")
+    if tool_calls is not None and not isinstance(tool_calls, list):
+        raise BadRequest(
+            f"Invalid type for 'messages[{m}].tool_calls': expected an array.",
+            param=f"messages[{m}].tool_calls",
+            code="invalid_type",
+        )
+    for k, call in enumerate(tool_calls or []):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise BadRequest(
+                f"Invalid type for 'messages[{m}].tool_calls[{k}].function': expected an object.",
+                param=f"messages[{m}].tool_calls[{k}].function",
+                code="invalid_type",
+            )
+        raw = function.get("arguments")
         try:
-            arguments = orjson.loads(function.get("arguments") or "{}")
+            arguments = orjson.loads(raw) if isinstance(raw, str) and raw else {}
         except orjson.JSONDecodeError:
             arguments = {}
         b.position(
-            "messages",
+            section,
             {"role": role, "tool_call": call},
             _canonical(call).decode(),
-            f"messages.{m}.tool_calls",
+            f"messages.{m}.tool_calls.{k}",
+            role=role,
         )
         calls.append(
             ToolCall(
@@ -506,6 +573,52 @@ def _parse_responses(
 # ---------------------------------------------------------------------------------------------
 
 
+def _openai_invalid(name: str, expected: str) -> BadRequest:
+    return BadRequest(f"Invalid type for '{name}': expected {expected}.", param=name, code="invalid_type")
+
+
+def _check_common(endpoint: Endpoint, payload: dict[str, Any]) -> None:
+    """Top-level fields the answer echoes or obeys: refused like the provider refuses them."""
+    stream = payload.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        if endpoint in ("messages", "count_tokens"):
+            raise BadRequest("stream: Input should be a valid boolean", param="stream")
+        raise _openai_invalid("stream", "a boolean")
+    if endpoint in ("messages", "count_tokens"):
+        return
+    for name, kind, expected in (
+        ("stream_options", dict, "an object"),
+        ("metadata", dict, "an object"),
+        ("prompt_cache_key", str, "a string"),
+        ("instructions", str, "a string"),
+        ("user", str, "a string"),
+    ):
+        if payload.get(name) is not None and not isinstance(payload[name], kind):
+            raise _openai_invalid(name, expected)
+    retention = payload.get("prompt_cache_retention")
+    if retention is not None and retention not in ("in_memory", "24h"):
+        raise BadRequest(
+            f"Invalid value for 'prompt_cache_retention': {retention!r}. "
+            "Supported values are: 'in_memory' and '24h'.",
+            param="prompt_cache_retention",
+            code="invalid_value",
+        )
+    truncation = payload.get("truncation")
+    if endpoint == "responses" and truncation is not None and truncation not in ("auto", "disabled"):
+        raise BadRequest(
+            f"Invalid value for 'truncation': {truncation!r}. Supported values are: 'auto' and 'disabled'.",
+            param="truncation",
+            code="invalid_value",
+        )
+    n = payload.get("n")
+    if endpoint == "chat" and n is not None and n != 1:
+        raise BadRequest(
+            "n: the local backend answers one choice per request; send n=1 (or leave it out).",
+            param="n",
+            code="unsupported_value",
+        )
+
+
 def parse(endpoint: Endpoint, payload: dict[str, Any], tokenizer: Tokenizer, *, salt: bytes = b"") -> Parsed:
     """Validate ``payload`` as ``endpoint`` does and parse it; raises :class:`BadRequest`."""
     model = payload.get("model")
@@ -515,13 +628,17 @@ def parse(endpoint: Endpoint, payload: dict[str, Any], tokenizer: Tokenizer, *, 
         raise BadRequest(
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
         )
+    _check_common(endpoint, payload)
     b = _Builder(tokenizer)
     automatic: Ttl | None = None
     context = b""
     stop: tuple[str, ...]
     specs: list[ToolSpec]
     if endpoint in ("messages", "count_tokens"):
-        max_tokens = _int_field(payload, "max_tokens", required=endpoint == "messages", minimum=1)
+        # 0 pre-warms the prompt cache without generating anything (the Messages API documents it).
+        max_tokens = _int_field(payload, "max_tokens", required=endpoint == "messages", minimum=0)
+        if max_tokens == 0 and payload.get("stream") is True:
+            raise BadRequest("max_tokens: 0 is not supported with streaming", param="max_tokens")
         choice, specs, automatic, context, schema = _parse_messages(payload, b)
         stop = _stops(payload.get("stop_sequences"), "stop_sequences")
     elif endpoint == "chat":

@@ -12,7 +12,7 @@ many tokens of the engine's tokenizer; a stop sequence cuts it before the sequen
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -164,16 +164,33 @@ def _default_tokenizer() -> Tokenizer:
     return encoding("o200k_base")
 
 
-def example(schema: Any, name: str, root: Any, depth: int = 0) -> Any:
-    """A deterministic value that satisfies the common JSON-schema keywords of ``schema``."""
-    if not isinstance(schema, dict) or depth > 12:
+_MAX_ITEMS = 8  # an array gets minItems items, at most this many
+_MAX_NODES = 2_000  # values in one generated document: a schema cannot make the answer explode
+
+
+def example(schema: Any, name: str, root: Any) -> Any:
+    """A deterministic value that satisfies the common JSON-schema keywords of ``schema``.
+
+    Malformed keywords are ignored rather than trusted, and the document is bounded in size and depth.
+    """
+    budget = [_MAX_NODES]
+    return _example(schema, name, root, 0, budget)
+
+
+def _number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _example(schema: Any, name: str, root: Any, depth: int, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if not isinstance(schema, dict) or depth > 12 or budget[0] < 0:
         return f"example {name}"
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/"):
         target: Any = root
         for part in ref[2:].split("/"):
             target = target.get(part) if isinstance(target, dict) else None
-        return example(target, name, root, depth + 1)
+        return _example(target, name, root, depth + 1, budget)
     if "const" in schema:
         return schema["const"]
     if "default" in schema:
@@ -183,26 +200,26 @@ def example(schema: Any, name: str, root: Any, depth: int = 0) -> Any:
     for key in ("anyOf", "oneOf", "allOf"):
         options = schema.get(key)
         if isinstance(options, list) and options:
-            usable = [
-                option
-                for option in options
-                if not (isinstance(option, dict) and option.get("type") == "null")
-            ]
-            return example((usable or options)[0], name, root, depth + 1)
+            usable = [o for o in options if not (isinstance(o, dict) and o.get("type") == "null")]
+            return _example((usable or options)[0], name, root, depth + 1, budget)
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object" or (kind is None and "properties" in schema):
-        properties = schema.get("properties") or {}
-        return {key: example(value, key, root, depth + 1) for key, value in properties.items()}
+    properties = schema.get("properties")
+    if kind == "object" or (kind is None and isinstance(properties, dict)):
+        fields = properties if isinstance(properties, dict) else {}
+        return {str(key): _example(value, str(key), root, depth + 1, budget) for key, value in fields.items()}
     if kind == "array":
-        count = max(1, int(schema.get("minItems", 1)))
-        return [example(schema.get("items", {}), name, root, depth + 1) for _ in range(count)]
+        wanted = schema.get("minItems")
+        count = min(
+            max(1, wanted if isinstance(wanted, int) and not isinstance(wanted, bool) else 1), _MAX_ITEMS
+        )
+        return [_example(schema.get("items", {}), name, root, depth + 1, budget) for _ in range(count)]
     if kind in ("integer", "number"):
         low = schema.get("minimum", schema.get("exclusiveMinimum"))
-        value = 1 if low is None else low + (1 if "minimum" not in schema else 0)
+        value = 1 if not _number(low) else low + (0 if "minimum" in schema else 1)
         high = schema.get("maximum")
-        if high is not None and value > high:
+        if _number(high) and value > high:
             value = high
         return int(value) if kind == "integer" else float(value)
     if kind == "boolean":

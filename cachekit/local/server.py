@@ -13,11 +13,13 @@ stops the generation (the event generator is closed). No dependency beyond the s
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from cachekit.local.backend import LocalBackend
+from cachekit.local.wire import dialect_of, endpoint_of, error_reply
 
 __all__ = ["LocalServer"]
 
@@ -26,31 +28,73 @@ logger = logging.getLogger("cachekit.local.server")
 _MAX_BODY = 64 * 1024 * 1024  # larger bodies get a 413, as the providers answer them
 
 
+class _BadBody(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = 60  # seconds a connection may sit idle or stall mid-body before it is dropped
     server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body are separate writes: without TCP_NODELAY, Nagle's algorithm and the
+        # client's delayed ACK add ~40 ms to every non-streamed answer.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def do_POST(self) -> None:
         self._answer()
 
-    def do_GET(self) -> None:
-        self._answer()
+    # Every other method gets the API's own 404 (not http.server's HTML 501).
+    do_GET = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_POST
 
-    def _answer(self) -> None:
+    def _body(self) -> bytes:
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            return self._chunked()
         length = self.headers.get("content-length")
         try:
             size = int(length) if length is not None else 0
         except ValueError:
-            size = -1
-        if size < 0 or size > _MAX_BODY:
-            self.close_connection = True
-            self._send(
-                413 if size > _MAX_BODY else 400, [("content-type", "text/plain")], b"bad content-length"
-            )
-            return
-        body = self.rfile.read(size) if size else b""
+            raise _BadBody(400, "Invalid Content-Length header.") from None
+        if size < 0:
+            raise _BadBody(400, "Invalid Content-Length header.")
+        if size > _MAX_BODY:
+            raise _BadBody(413, "Request exceeds the maximum allowed number of bytes.")
+        return self.rfile.read(size) if size else b""
+
+    def _chunked(self) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(1024)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise _BadBody(400, "Invalid chunked request body.") from None
+            if size == 0:
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):  # trailers
+                    pass
+                return b"".join(parts)
+            total += size
+            if total > _MAX_BODY:
+                raise _BadBody(413, "Request exceeds the maximum allowed number of bytes.")
+            parts.append(self.rfile.read(size))
+            self.rfile.readline(8)  # the CRLF after each chunk
+
+    def _answer(self) -> None:
         headers = {key.lower(): value for key, value in self.headers.items()}
         path = self.path.split("?", 1)[0]
+        try:
+            body = self._body()
+        except _BadBody as bad:
+            # The rest of the body is unread: answer in the API's shape and close the connection.
+            self.close_connection = True
+            reply = error_reply(dialect_of(endpoint_of(self.command, path), headers), bad.status, str(bad))
+            self._send(reply.status, [*reply.headers, ("connection", "close")], reply.content)
+            return
         reply = self.server.backend.handle(
             self.command, path, headers, body, host=headers.get("host", "localhost")
         )
@@ -91,6 +135,10 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up or stalls is routine: a debug line, not a traceback on stderr."""
+        logger.debug("connection from %s ended abruptly", client_address, exc_info=True)
+
     def __init__(self, address: tuple[str, int], backend: LocalBackend) -> None:
         self.backend = backend
         super().__init__(address, _Handler)
@@ -118,8 +166,8 @@ class LocalServer:
     @property
     def url(self) -> str:
         """The base URL to give an SDK (``http://127.0.0.1:PORT``)."""
-        host = self._server.server_address[0]
-        return f"http://{host}:{self.port}"
+        host = str(self._server.server_address[0])
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     def start(self) -> LocalServer:
         """Serve in a background thread."""
