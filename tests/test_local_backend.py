@@ -576,3 +576,44 @@ def test_tiktoken_files_never_come_from_the_network(tmp_path: Any) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A real model behind the same HTTP API
+
+
+@pytest.fixture(scope="module")
+def tiny_server() -> Iterator[tuple[LocalServer, Any]]:
+    from cachekit.local import make_engine
+
+    engine = make_engine("transformers", model="tiny", device="cpu", max_new_tokens=12)
+    with LocalBackend(engine) as backend, LocalServer(backend) as running:
+        yield running, engine
+
+
+def test_transformers_engine_over_http(tiny_server: tuple[LocalServer, Any]) -> None:
+    server, engine = tiny_server
+    system = "You are a terse assistant. " * 20
+    with claude({"base_url": server.url}, key="tiny") as client:
+        plain = client.messages.create(
+            model=MODEL, max_tokens=12, system=system, messages=[{"role": "user", "content": "Hi"}]
+        )
+        with client.messages.stream(
+            model=MODEL, max_tokens=12, system=system, messages=[{"role": "user", "content": "Hi"}]
+        ) as stream:
+            streamed = stream.get_final_message()
+        reused = engine.last_run.reused_tokens
+        warm = client.messages.create(
+            model=MODEL, max_tokens=0, system=system, messages=[{"role": "user", "content": "Hi"}]
+        )
+    assert streamed.content[0].text == plain.content[0].text  # greedy: the same tokens either way
+    assert plain.usage.output_tokens == streamed.usage.output_tokens > 0
+    assert reused >= 16 * (engine.last_run.prompt_tokens // 16 - 1)  # the second request reused the prefix
+    assert warm.usage.output_tokens == 0
+    assert warm.content[0].text == ""
+    with gpt({"base_url": server.url}, key="tiny") as client:
+        completion = client.chat.completions.create(
+            model=GPT, max_tokens=5, messages=[{"role": "user", "content": "Hi"}]
+        )
+    assert completion.choices[0].finish_reason in ("length", "stop")
+    assert completion.usage.completion_tokens <= 5

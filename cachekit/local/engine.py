@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 __all__ = [
     "Engine",
     "Generation",
+    "GenerationState",
     "Prompt",
     "Tokenizer",
     "ToolCall",
@@ -113,6 +114,35 @@ class Generation(Protocol):
     def output_tokens(self) -> int:
         """How many tokens the answer took."""
         ...
+
+
+class GenerationState:
+    """The end state every :class:`Generation` reports, for engines to inherit.
+
+    Subclasses set ``_finish``, ``_stop_sequence`` and ``_output_tokens`` as they produce the answer.
+    """
+
+    tool_call: ToolCall | None = None
+    _finish: FinishReason | None = None
+    _stop_sequence: str | None = None
+    _output_tokens: int = 0
+
+    @property
+    def finish_reason(self) -> FinishReason:
+        """Why the answer ended; raises :class:`RuntimeError` before it has."""
+        if self._finish is None:
+            raise RuntimeError("the generation has not finished")
+        return self._finish
+
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop sequence that ended the answer, if one did."""
+        return self._stop_sequence
+
+    @property
+    def output_tokens(self) -> int:
+        """Tokens generated so far (the final count once the answer has ended)."""
+        return self._output_tokens
 
 
 @runtime_checkable

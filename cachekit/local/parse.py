@@ -530,8 +530,13 @@ def _parse_responses(
     specs = _openai_tools(payload, b, "responses")
     instructions = payload.get("instructions")
     if isinstance(instructions, str) and instructions:
-        b.position("system", {"instructions": instructions}, instructions, "instructions")
+        b.position("system", {"instructions": instructions}, instructions, "instructions", role="system")
         b.turns.append(Turn("system", instructions))
+    elif isinstance(instructions, list):  # a prompt template's instructions: input items
+        for i, item in enumerate(instructions):
+            if not isinstance(item, dict):
+                raise _openai_invalid(f"instructions[{i}]", "an object")
+            _chat_message({**item, "role": item.get("role")}, i, b, leading=True)
     items = payload["input"]
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
@@ -590,7 +595,7 @@ def _check_common(endpoint: Endpoint, payload: dict[str, Any]) -> None:
         ("stream_options", dict, "an object"),
         ("metadata", dict, "an object"),
         ("prompt_cache_key", str, "a string"),
-        ("instructions", str, "a string"),
+        ("instructions", (str, list), "a string or an array"),
         ("user", str, "a string"),
     ):
         if payload.get(name) is not None and not isinstance(payload[name], kind):

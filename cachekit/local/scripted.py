@@ -16,7 +16,7 @@ from typing import Any, TypeGuard
 
 import orjson
 
-from cachekit.local.engine import FinishReason, Generation, Prompt, Tokenizer, ToolCall
+from cachekit.local.engine import FinishReason, Generation, GenerationState, Prompt, Tokenizer, ToolCall
 
 __all__ = ["ByteTokenizer", "ScriptedEngine"]
 
@@ -43,7 +43,7 @@ class ByteTokenizer:
         return data.decode(errors="ignore")
 
 
-class _Scripted:
+class _Scripted(GenerationState):
     """A finished answer replayed in pieces (the :class:`Generation` protocol)."""
 
     def __init__(
@@ -56,25 +56,13 @@ class _Scripted:
     ) -> None:
         self.tool_call = tool_call
         self._text = text
-        self._finish: FinishReason = finish
+        self._finish = finish
         self._output_tokens = output_tokens
         self._stop_sequence = stop_sequence
 
     def __iter__(self) -> Iterator[str]:
         for i in range(0, len(self._text), _TEXT_PIECE):
             yield self._text[i : i + _TEXT_PIECE]
-
-    @property
-    def finish_reason(self) -> FinishReason:
-        return self._finish
-
-    @property
-    def stop_sequence(self) -> str | None:
-        return self._stop_sequence
-
-    @property
-    def output_tokens(self) -> int:
-        return self._output_tokens
 
 
 class ScriptedEngine:
