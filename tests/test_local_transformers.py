@@ -8,8 +8,9 @@ baseline is always ``greedy(..., reuse=False)``: a full prefill that neither rea
 
 Logit tolerance: 1e-4 absolute for SmolLM2 (logits up to ~30; measured worst 5e-5). The tiny models'
 weights are drawn with ``initializer_range=1.0``, so their logits reach ~40 and float32 rounding alone
-moves them by up to 1.2e-4 (measured over 40 random prompts); for them the bound is relative,
-1e-5 of the largest logit (~4e-4), still 3x the worst measured.
+moves them by up to 1.2e-4 (measured over 40 random prompts); in float32 their bound is relative,
+1e-5 of the largest logit (~4e-4), still 3x the worst measured, and in float64 (where rounding is
+negligible) the same cases meet 1e-4 absolute.
 
 Models are built once into cachekit's model cache (``$CACHEKIT_HOME`` or ``~/.cache/cachekit``); tests
 with SmolLM2 are marked slow (the first run converts its GGUF, about half a minute).
@@ -178,6 +179,26 @@ def test_reuse_gives_the_tokens_of_a_full_prefill(
     assert engine.last_run is not None
     assert engine.last_run.reused_tokens == 0  # a cold cache for this tenant
     assert_parity(engine, ids[:probe], reused=reused, model=model, salt=salt)
+
+
+@pytest.mark.parametrize("model", ["tiny", "tiny-qwen2"])
+def test_tiny_models_agree_within_1e4_in_float64(model: str) -> None:
+    """Every block case of the test above, in float64: the logits of a reused prefix within 1e-4 absolute."""
+    engine = TransformersEngine(model, device="cpu", dtype="float64")
+    try:
+        for case, (warm, probe, reused) in enumerate([(10, 10, 0), (40, 45, 32), (48, 53, 48), (48, 48, 47)]):
+            salt = f"float64/{case}".encode()
+            ids = random_ids(100 + case, 64)
+            engine.greedy(ids[:warm], 1, salt=salt)
+            want_tokens, want_logits = engine.greedy(ids[:probe], 12, salt=salt, reuse=False)
+            got_tokens, got_logits = engine.greedy(ids[:probe], 12, salt=salt)
+            assert engine.last_run is not None
+            assert engine.last_run.reused_tokens == reused
+            assert got_tokens == want_tokens
+            worst = float((got_logits - want_logits).abs().max())
+            assert worst <= 1e-4, f"case {case}: first-step logits differ by {worst:.3g}"
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -66,7 +66,13 @@ __all__ = [
 
 _log = logging.getLogger("cachekit.local.transformers")
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# float64 is for exactness checks on the CPU (the tiny models' parity to 1e-4 absolute).
+_DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 _SCHEMES: dict[str | None, KVScheme] = {None: "none", "int8": "int8", "int4": "int4"}
 _DEFAULT_BUDGET = 512 * 1024 * 1024
 _REPLACEMENT = "\ufffd"
