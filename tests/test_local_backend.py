@@ -354,7 +354,7 @@ def test_malformed_json_over_http(server: LocalServer) -> None:
 
 
 def test_prompt_longer_than_the_context_window(o200k: Any) -> None:
-    backend = LocalBackend(ScriptedEngine(context_window=100))
+    backend = LocalBackend(ScriptedEngine(context_window=101))
     where = {"base_url": "http://local.test", "transport": LocalTransport(backend)}
     with claude(where) as client, pytest.raises(anthropic.BadRequestError) as too_long:
         client.messages.create(**ask(SYSTEM))

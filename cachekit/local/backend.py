@@ -334,5 +334,7 @@ def _context_window(dialect: Dialect, model: str, engine_window: int | None) -> 
     """The smaller of the model's documented window and the engine's own."""
     from cachekit.providers.cache_rules import cache_rules
 
-    windows = [w for w in (cache_rules(dialect, model).context_window, engine_window) if w is not None]
+    # An engine must keep room for at least one generated token.
+    room = engine_window - 1 if engine_window is not None else None
+    windows = [w for w in (cache_rules(dialect, model).context_window, room) if w is not None]
     return min(windows) if windows else None
