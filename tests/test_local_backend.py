@@ -61,48 +61,32 @@ def where(request: pytest.FixtureRequest, server: LocalServer) -> dict[str, Any]
     return {"base_url": "http://local.test", "transport": transport}
 
 
-def claude(where: dict[str, Any], *, key: str = "k1") -> anthropic.Anthropic:
-    client = httpx2.Client(transport=where["transport"]) if "transport" in where else None
-    return anthropic.Anthropic(
+def _sdk(sdk_class: Any, http_class: Any, where: dict[str, Any], key: str, suffix: str = "") -> Any:
+    """An SDK client on the server (``base_url``) or on the in-process transport, strictly validating."""
+    client = http_class(transport=where["transport"]) if "transport" in where else None
+    return sdk_class(
         api_key=key,
-        base_url=where["base_url"],
+        base_url=where["base_url"] + suffix,
         http_client=client,
         max_retries=0,
         _strict_response_validation=True,
     )
+
+
+def claude(where: dict[str, Any], *, key: str = "k1") -> anthropic.Anthropic:
+    return _sdk(anthropic.Anthropic, httpx2.Client, where, key)
 
 
 def async_claude(where: dict[str, Any], *, key: str = "k1") -> anthropic.AsyncAnthropic:
-    client = httpx2.AsyncClient(transport=where["transport"]) if "transport" in where else None
-    return anthropic.AsyncAnthropic(
-        api_key=key,
-        base_url=where["base_url"],
-        http_client=client,
-        max_retries=0,
-        _strict_response_validation=True,
-    )
+    return _sdk(anthropic.AsyncAnthropic, httpx2.AsyncClient, where, key)
 
 
 def gpt(where: dict[str, Any], *, key: str = "k1") -> openai.OpenAI:
-    client = httpx2.Client(transport=where["transport"]) if "transport" in where else None
-    return openai.OpenAI(
-        api_key=key,
-        base_url=where["base_url"] + "/v1",
-        http_client=client,
-        max_retries=0,
-        _strict_response_validation=True,
-    )
+    return _sdk(openai.OpenAI, httpx2.Client, where, key, "/v1")
 
 
 def async_gpt(where: dict[str, Any], *, key: str = "k1") -> openai.AsyncOpenAI:
-    client = httpx2.AsyncClient(transport=where["transport"]) if "transport" in where else None
-    return openai.AsyncOpenAI(
-        api_key=key,
-        base_url=where["base_url"] + "/v1",
-        http_client=client,
-        max_retries=0,
-        _strict_response_validation=True,
-    )
+    return _sdk(openai.AsyncOpenAI, httpx2.AsyncClient, where, key, "/v1")
 
 
 def ask(text: str, **extra: Any) -> dict[str, Any]:

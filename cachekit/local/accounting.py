@@ -226,7 +226,22 @@ def _path(where: str, leaf: str) -> str:
     return f"{where}.{leaf}" if where else leaf
 
 
-class AnthropicCache:
+class _BilledCache:
+    """What both rule sets keep: a clock, the LRU entry store and the lock that guards it."""
+
+    def __init__(self, clock: Clock | None, capacity_tokens: int) -> None:
+        self._clock = clock if clock is not None else DEFAULT_CLOCK
+        self._store = _EntryStore(capacity_tokens)
+        self._lock = threading.Lock()
+
+    @property
+    def stored_tokens(self) -> int:
+        """Tokens the live and not-yet-collected entries hold, as counted against ``capacity_tokens``."""
+        with self._lock:
+            return self._store.used_tokens
+
+
+class AnthropicCache(_BilledCache):
     """Anthropic-style explicit prompt caching (breakpoints, lookback, TTLs) as billing, per partition.
 
     ``provider`` picks the rule rows (``"anthropic"``, or ``"bailian"`` for Model Studio's explicit
@@ -243,15 +258,7 @@ class AnthropicCache:
         self._provider = provider.strip().lower()
         if default_cache_rules().lookup(self._provider, "").mode != "explicit":
             raise ValueError(f"provider {provider!r} caches automatically; use OpenAICache")
-        self._clock = clock if clock is not None else DEFAULT_CLOCK
-        self._store = _EntryStore(capacity_tokens)
-        self._lock = threading.Lock()
-
-    @property
-    def stored_tokens(self) -> int:
-        """Tokens the live and not-yet-collected entries hold, as counted against ``capacity_tokens``."""
-        with self._lock:
-            return self._store.used_tokens
+        super().__init__(clock, capacity_tokens)
 
     def account(
         self,
@@ -448,22 +455,14 @@ def _positions(segs: tuple[Segment, ...], tool_runs_one_position: bool) -> list[
     return positions
 
 
-class OpenAICache:
+class OpenAICache(_BilledCache):
     """OpenAI-style automatic prompt caching (1,024-token minimum, 128-token steps) as billing.
 
     Thread-safe; ``clock`` (default :func:`time.monotonic`) measures retention.
     """
 
     def __init__(self, *, clock: Clock | None = None, capacity_tokens: int = _DEFAULT_CAPACITY) -> None:
-        self._clock = clock if clock is not None else DEFAULT_CLOCK
-        self._store = _EntryStore(capacity_tokens)
-        self._lock = threading.Lock()
-
-    @property
-    def stored_tokens(self) -> int:
-        """Tokens the live and not-yet-collected entries hold, as counted against ``capacity_tokens``."""
-        with self._lock:
-            return self._store.used_tokens
+        super().__init__(clock, capacity_tokens)
 
     def account(
         self,

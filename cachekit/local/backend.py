@@ -112,7 +112,7 @@ class LocalBackend:
         self._openai = OpenAICache(clock=clock, capacity_tokens=capacity_tokens)
         self._models = frozenset(models) if models is not None else None
         self._accept_any_model = accept_any_model
-        self._lock = threading.Lock()  # the caches' state and the counters
+        self._lock = threading.Lock()  # the counters
         self._requests = 0
         self._errors = 0
         self._billed = [0, 0, 0]
@@ -186,10 +186,11 @@ class LocalBackend:
         if not isinstance(payload, dict):
             return error_reply(dialect, 400, BAD_JSON[dialect])
         try:
-            parsed = parse(endpoint, payload, self.engine.tokenizer, salt=tenant_of(headers))
+            tenant = tenant_of(headers)
+            parsed = parse(endpoint, payload, self.engine.tokenizer, salt=tenant)
             self._check_model(dialect, parsed)
             self._check_context(dialect, endpoint, parsed)
-            billing = self._bill(endpoint, payload, parsed, tenant_of(headers))
+            billing = self._bill(endpoint, payload, parsed, tenant)
         except BadRequest as error:
             return error_reply(dialect, error.status, error.message, param=error.param, code=error.code)
         except CacheRuleError as error:
@@ -254,15 +255,15 @@ class LocalBackend:
         if endpoint == "count_tokens" or rules == "none":
             billing = Billing(total)
         elif rules == "anthropic":
-            with self._lock:
-                explicit = self._anthropic if endpoint == "messages" else self._bailian
-                usage = explicit.account(
-                    model=parsed.prompt.model,
-                    partition=tenant,
-                    segments=parsed.segments,
-                    automatic=parsed.automatic,
-                    context=parsed.context,
-                )
+            # The rule sets lock their own state: no backend lock around them.
+            explicit = self._anthropic if endpoint == "messages" else self._bailian
+            usage = explicit.account(
+                model=parsed.prompt.model,
+                partition=tenant,
+                segments=parsed.segments,
+                automatic=parsed.automatic,
+                context=parsed.context,
+            )
             billing = Billing(
                 total,
                 usage.cache_read_input_tokens,
@@ -272,14 +273,13 @@ class LocalBackend:
         else:
             retention: Retention = "24h" if payload.get("prompt_cache_retention") == "24h" else "in_memory"
             key = payload.get("prompt_cache_key")
-            with self._lock:
-                cached = self._openai.account(
-                    model=parsed.prompt.model,
-                    partition=tenant,
-                    tokens=parsed.tokens,
-                    retention=retention,
-                    cache_key=key if isinstance(key, str) else None,
-                )
+            cached = self._openai.account(
+                model=parsed.prompt.model,
+                partition=tenant,
+                tokens=parsed.tokens,
+                retention=retention,
+                cache_key=key if isinstance(key, str) else None,
+            )
             billing = Billing(total, cached.cached_tokens)
         if endpoint != "count_tokens":
             with self._lock:
