@@ -30,6 +30,7 @@ from cachekit.errors import (
     StoreError,
     StoreUnavailableError,
 )
+from cachekit.lint import PrefixLintError
 from cachekit.semantic.layer import SemanticConfig
 from cachekit.stores import AsyncStore, MemoryStore, SQLiteStore, Store, store_from_url
 from cachekit.transport import AsyncCachingTransport, CachingTransport
@@ -79,6 +80,7 @@ __all__ = [
     "MemoryStore",
     "MissingExtraError",
     "OpenAI",
+    "PrefixLintError",
     "SQLiteStore",
     "SemanticConfig",
     "Store",

@@ -8,7 +8,8 @@ connection.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeAlias, cast
 
@@ -29,9 +30,13 @@ class Cache:
         config: how to cache; its ``store`` (object or URL) is opened here. A store opened from a URL
             belongs to this cache and is closed by :meth:`close`; a store object passed in is the
             caller's to close.
+        clock: seconds since any fixed point (default :func:`time.time`): entry ages and the
+            breakpoint planner's gaps between requests. Replays and tests pass a manual clock.
     """
 
-    def __init__(self, config: CacheConfig | None = None) -> None:
+    def __init__(
+        self, config: CacheConfig | None = None, *, clock: Callable[[], float] | None = None
+    ) -> None:
         self.config = config if config is not None else CacheConfig.from_env()
         store = self.config.store
         if store is None:
@@ -56,7 +61,9 @@ class Cache:
         self.sync_store: Store | None = cast("Store", self.store) if is_store(self.store) else None
         self.ledger = _ledger_for(self.config.ledger)
         store_ref = self.store
-        self.pipeline = Pipeline(self.config, secret=lambda: store_ref.secret, ledger=self.ledger)
+        self.pipeline = Pipeline(
+            self.config, secret=lambda: store_ref.secret, ledger=self.ledger, clock=clock or time.time
+        )
         self._closed = False
         self._lock = threading.Lock()
 

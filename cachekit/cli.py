@@ -6,11 +6,15 @@
 ``cachekit stats``, ``cachekit purge`` and ``cachekit health`` are the operator's tools for a store.
 ``cachekit semantic-eval PAIRS.jsonl`` measures the semantic cache's precision and recall on labelled pairs.
 ``cachekit serve`` runs the offline local backend: the providers' HTTP APIs on a local engine.
+``cachekit replay TRACES.jsonl`` compares cache-breakpoint policies on recorded agent conversations.
+``cachekit diff A.json B.json`` shows where two requests' prompt prefixes diverge, and why.
+``cachekit lint REQUEST.json ...`` names volatile content in the cached prefix of requests.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -301,6 +305,88 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _replay(args: argparse.Namespace, out: TextIO) -> int:
+    from cachekit.errors import MissingExtraError
+    from cachekit.replay import Conversation, TraceError, read_traces, replay
+
+    conversations: list[Conversation] = []
+    try:
+        for item in read_traces(args.traces, limit=args.limit):
+            if isinstance(item, TraceError):
+                sys.stderr.write(f"cachekit replay: skipped {item}\n")
+            else:
+                conversations.append(item)
+        results = replay(
+            conversations,
+            provider=args.provider,
+            model=args.model,
+            policies=args.policy or _all_policies(),
+            gap_seconds=args.gap_seconds,
+        )
+    except (OSError, ValueError, MissingExtraError) as exc:
+        sys.stderr.write(f"cachekit replay: {exc}\n")
+        return 2
+    for result in results:
+        for error in result.errors:
+            sys.stderr.write(f"cachekit replay: {result.policy}: {error}\n")
+    if args.json:
+        for result in results:
+            out.write(json.dumps(result.to_json()) + "\n")
+        return 0
+    out.write(
+        f"{len(conversations)} conversations, {results[0].requests if results else 0} requests, "
+        f"{args.provider} {args.model}, {args.gap_seconds:g} s between requests (input side only)\n\n"
+    )
+    header = f"{'policy':<10}{'read':>11}{'written':>11}{'uncached':>11}{'cost $':>11}{'no cache $':>12}"
+    out.write(header + f"{'bound $':>10}{'efficiency':>12}\n")
+    for result in results:
+        efficiency = result.savings_efficiency
+        out.write(
+            f"{result.policy:<10}{result.cache_read_tokens:>11,}{result.cache_write_tokens:>11,}"
+            f"{result.uncached_tokens:>11,}{result.cost_usd:>11.4f}{result.cost_no_cache_usd:>12.4f}"
+            f"{result.cost_lower_bound_usd:>10.4f}"
+            f"{'-' if efficiency is None else f'{efficiency:.3f}':>12}\n"
+        )
+    return 0
+
+
+def _all_policies() -> tuple[str, ...]:
+    from cachekit.replay import POLICIES
+
+    return POLICIES
+
+
+def _add_replay(commands: Any) -> None:
+    replay = commands.add_parser(
+        "replay",
+        help="cost of each cache-breakpoint policy on recorded agent conversations",
+        description=(
+            "Replays each conversation (request k = system, tools and the messages before assistant turn "
+            "k) through cachekit and the local backend's billing, once per policy: none, system (a marker "
+            "after the system prompt), last (a marker on the last message), auto (top-level automatic "
+            "caching), cachekit (the planner)."
+        ),
+    )
+    replay.add_argument("traces", metavar="TRACES.jsonl", help="one conversation per line (Anthropic layout)")
+    replay.add_argument("--provider", choices=("anthropic",), default="anthropic")
+    replay.add_argument(
+        "--model", default="claude-sonnet-4-5", help="prices and cache rules (default: %(default)s)"
+    )
+    replay.add_argument(
+        "--policy",
+        action="append",
+        choices=("none", "system", "last", "auto", "cachekit"),
+        help="a policy to replay (repeatable; default: all)",
+    )
+    replay.add_argument("--gap-seconds", type=float, default=5.0, help="seconds between requests (default 5)")
+    replay.add_argument("--limit", type=int, help="only the first N conversations")
+    replay.add_argument("--json", action="store_true", help="one JSON object per policy")
+    replay.set_defaults(run=_replay)
+    from cachekit._cli_prefix import register  # diff and lint
+
+    register(commands)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cachekit", description="Caching middleware for hosted LLM APIs.")
     parser.add_argument("--version", action="version", version=f"cachekit {__version__}")
@@ -387,6 +473,7 @@ def _build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
     serve.set_defaults(run=_serve)
+    _add_replay(commands)
     return parser
 
 

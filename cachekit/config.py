@@ -7,7 +7,8 @@ drop-in clients call it only to fill what the caller did not say.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -18,9 +19,10 @@ from cachekit.stores.base import AsyncStore, Store
 
 if TYPE_CHECKING:
     from cachekit.cost.ledger import Ledger
+    from cachekit.lint import Finding
     from cachekit.semantic.layer import SemanticConfig
 
-__all__ = ["DEFAULT_TTL", "CacheConfig", "Mode", "OnCacheError", "cachekit_home"]
+__all__ = ["DEFAULT_TTL", "Breakpoints", "CacheConfig", "LintMode", "Mode", "OnCacheError", "cachekit_home"]
 
 #: How one request uses the response cache (the ``x-cachekit`` header's values, plus ``default``).
 #: ``bypass``: no lookup, no store. ``refresh``: no lookup, store the fresh answer.
@@ -31,6 +33,12 @@ Mode = Literal["default", "bypass", "refresh", "only-if-cached"]
 #: ``bypass`` logs, counts and goes upstream; ``raise`` raises
 #: :class:`~cachekit.errors.CacheUnavailableError`.
 OnCacheError = Literal["bypass", "raise"]
+
+#: Breakpoint planning: ``auto`` places ``cache_control`` markers (and OpenAI's ``prompt_cache_key``).
+Breakpoints = Literal["auto", "off"]
+
+#: What prefix lint does with a finding: log it, raise before the call, or nothing.
+LintMode = Literal["warn", "raise", "off"]
 
 MODES: frozenset[str] = frozenset({"default", "bypass", "refresh", "only-if-cached"})
 
@@ -92,7 +100,22 @@ class CacheConfig:
         price_as: the provider whose price table prices calls to a host cachekit does not know (a
             gateway, a proxy, or the local backend standing in for a provider), e.g. ``"anthropic"``.
             Unset, such calls are recorded with their token counts but no cost. Keys are unaffected:
-            an unknown host's entries never mix with a known provider's.
+            an unknown host's entries never mix with a known provider's. Its caching rules also plan
+            such calls' breakpoints (unset: Anthropic's rules for the Messages API, none otherwise).
+        breakpoints: ``auto`` (default): place ``cache_control`` breakpoints on requests to providers
+            with explicit prompt caching (Anthropic, Bailian) and set ``prompt_cache_key`` on OpenAI
+            requests that have none (see :mod:`cachekit.planner`); ``off``: send prompts as written.
+            The header ``x-cachekit-breakpoints: off|auto`` overrides it per request.
+        lint: report volatile content in the cached prefix (timestamps, ids, reordered tools, a
+            changed ``tool_choice``...) before each upstream call: ``warn`` (default: logged once per
+            conversation and finding), ``raise`` (the call fails with
+            :class:`~cachekit.lint.PrefixLintError` before it is sent) or ``off``.
+        on_lint: called with each :class:`~cachekit.lint.Finding` (for metrics, or a test that must
+            keep prompts stable).
+        volatile_patterns: extra regular expressions whose matches in tools or system prompts lint
+            reports as volatile (and ``stable_first`` moves).
+        stable_first: opt-in: move system blocks that lint finds volatile after the stable ones, so the
+            stable ones stay a cacheable prefix (the model sees the same blocks in another order).
     """
 
     # Not in the repr: a store URL may carry a password (redis://user:password@host).
@@ -115,6 +138,11 @@ class CacheConfig:
     semantic: SemanticConfig | bool = False
     encryption_keys: Mapping[str, bytes] | str | None = field(default=None, repr=False)
     price_as: str | None = None
+    breakpoints: Breakpoints = "auto"
+    lint: LintMode = "warn"
+    on_lint: Callable[[Finding], None] | None = field(default=None, repr=False)
+    volatile_patterns: tuple[str, ...] = ()
+    stable_first: bool = False
 
     def __post_init__(self) -> None:
         if self.ttl is not None and not self.ttl > 0:
@@ -133,6 +161,17 @@ class CacheConfig:
             raise ConfigError("tenant must be a non-empty string or None (None: partition by credential)")
         if self.price_as is not None and (not isinstance(self.price_as, str) or not self.price_as.strip()):
             raise ConfigError(f"price_as must be a provider name such as 'anthropic', not {self.price_as!r}")
+        if self.breakpoints not in ("auto", "off"):
+            raise ConfigError(f"breakpoints must be 'auto' or 'off', not {self.breakpoints!r}")
+        if self.lint not in ("warn", "raise", "off"):
+            raise ConfigError(f"lint must be 'warn', 'raise' or 'off', not {self.lint!r}")
+        for pattern in self.volatile_patterns:
+            try:
+                re.compile(pattern)
+            except (re.error, TypeError) as exc:
+                raise ConfigError(
+                    f"volatile_patterns: {pattern!r} is not a regular expression: {exc}"
+                ) from None
         if self.on_cache_error not in ("bypass", "raise"):
             raise ConfigError(f"on_cache_error must be 'bypass' or 'raise', not {self.on_cache_error!r}")
         if not isinstance(self.breaker_threshold, int) or self.breaker_threshold < 1:

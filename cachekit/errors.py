@@ -6,6 +6,7 @@
     ├── ConfigError            bad option, store URL or environment setting (also a ValueError)
     ├── MissingExtraError      an optional extra is not installed (also an ImportError)
     ├── MemoizeError           a memoized function's arguments or result are not JSON (also a TypeError)
+    ├── PrefixLintError        lint="raise": volatile content in the cached prefix (cachekit.lint)
     └── StoreError             a cache store failed; caught on the request path (on_cache_error="bypass")
         ├── StoreUnavailableError  the backend did not answer (refused, timed out): trips the breaker
         ├── CorruptEntryError  a stored entry could not be decoded; treated as a miss and overwritten

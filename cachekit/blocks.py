@@ -1,0 +1,359 @@
+"""A request's prompt as the providers' prefix caches see it: blocks in prefix order.
+
+Prompt caches match prompts by prefix, block by block, in the order tools → system → messages
+(Anthropic documents that order; OpenAI-compatible APIs render tools first as well). Breakpoint
+placement, prefix lint and ``cachekit diff`` all reason about the same view, so it is built here
+once, leniently (a malformed part is skipped, never an error: validation is the provider's job),
+for every dialect:
+
+* Anthropic Messages: one block per tool definition, per system block (a system string is one
+  block) and per message content block (a string content is one block);
+* OpenAI Chat Completions: one block per tool, per message content part (a string content is one
+  block) and per assistant tool call; the leading ``system``/``developer`` messages are the system
+  section;
+* OpenAI Responses: one block per tool, the ``instructions``, and one per input item or message part.
+
+Each block carries the canonical bytes that identify it in the prefix (sorted keys, without its
+``cache_control``, with the message role), the text it costs in tokens, its ``cache_control`` value
+and whether it may carry one. A string shorthand has the same identity as the one text block it
+stands for, so converting it (to carry a marker) never changes the prefix.
+
+Nothing here logs or keeps prompt text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from cachekit._types import Dialect
+
+__all__ = [
+    "Block",
+    "Section",
+    "block_text",
+    "chain_hashes",
+    "lookback_positions",
+    "prompt_blocks",
+    "text_of",
+]
+
+Section = Literal["tools", "system", "messages"]
+
+_TEXT_TYPES = ("text", "input_text", "output_text")
+# "Thinking blocks cannot be explicitly marked with cache_control" (prompt-caching docs); sub-content
+# such as citations cannot be either, so cachekit leaves a cited text block alone.
+_NEVER_MARKED = ("thinking", "redacted_thinking")
+# Anthropic: "a run of consecutive tool_use blocks counts as one position, and so does a run of
+# consecutive tool_result blocks" (prompt-caching docs, "How automatic prefix checking works").
+_TOOL_RUN_TYPES = frozenset({"tool_use", "tool_result"})
+_SYSTEM_ROLES = ("system", "developer")
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One cacheable position of a prompt.
+
+    Attributes:
+        section: ``tools``, ``system`` or ``messages``.
+        where: the block's path in the body, as the APIs name it in errors: ``tools.3``, ``system``
+            (a system string), ``system.1``, ``messages.4.content`` (a string content),
+            ``messages.4.content.2``, ``messages.5.tool_calls.0``, ``instructions``, ``input.7``.
+        kind: the block's type (``text``, ``tool_use``, ``tool_result``, ``image``, ``thinking``, ...;
+            ``tool`` for a tool definition, ``tool_call`` for a Chat tool call, the item type for a
+            Responses input item).
+        text: what the block costs in tokens: its text, or its canonical JSON for structured kinds.
+        content: canonical bytes identifying the block in the prefix (without ``cache_control``).
+        marker: the block's ``cache_control`` value as sent (``None`` when it has none).
+        eligible: whether a ``cache_control`` marker may go on this block.
+        message: the index of its message (``messages`` / ``input``), ``None`` for tools and system.
+        shorthand: a string standing in for one text block (it must become a block to carry a marker).
+        cited: a text block with citations: cachekit never marks it, but the API's automatic caching
+            may still take it as the last block.
+    """
+
+    section: Section
+    where: str
+    kind: str
+    text: str
+    content: bytes
+    marker: Any
+    eligible: bool
+    message: int | None = None
+    shorthand: bool = False
+    cited: bool = False
+
+
+def _canonical(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def text_of(content: Any) -> str:
+    """The plain text of a content value: a string, or the text parts of a list joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict)
+            and part.get("type") in _TEXT_TYPES
+            and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def block_text(block: dict[str, Any]) -> str:
+    """What a content block costs in tokens: its text, or its canonical JSON for other kinds."""
+    kind = block.get("type")
+    if kind in _TEXT_TYPES and isinstance(block.get("text"), str):
+        return str(block["text"])
+    if kind == "thinking" and isinstance(block.get("thinking"), str):
+        return str(block["thinking"])
+    if kind == "tool_result":
+        return text_of(block.get("content"))
+    payload = {key: value for key, value in block.items() if key != "cache_control"}
+    return _canonical(payload).decode()
+
+
+def _without_marker(block: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in block.items() if key != "cache_control"}
+
+
+def _markable(block: dict[str, Any]) -> bool:
+    kind = block.get("type")
+    if kind in _NEVER_MARKED:
+        return False
+    if kind in _TEXT_TYPES and not block.get("text"):
+        return False  # "cache_control cannot be set for empty text blocks"
+    return not block.get("citations")
+
+
+class _Walk:
+    def __init__(self) -> None:
+        self.blocks: list[Block] = []
+
+    def add(  # noqa: PLR0917 - one call site per block kind, each naming every part
+        self,
+        section: Section,
+        where: str,
+        kind: str,
+        text: str,
+        identity: Any,
+        marker: Any = None,
+        *,
+        eligible: bool = True,
+        message: int | None = None,
+        shorthand: bool = False,
+        cited: bool = False,
+    ) -> None:
+        content = _canonical([section, identity])
+        self.blocks.append(
+            Block(section, where, kind, text, content, marker, eligible, message, shorthand, cited)
+        )
+
+    def tools(self, tools: Any, *, markable: bool) -> None:
+        if not isinstance(tools, list):
+            return
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict):
+                continue
+            plain = _without_marker(tool)
+            self.add(
+                "tools",
+                f"tools.{i}",
+                "tool",
+                _canonical(plain).decode(),
+                plain,
+                tool.get("cache_control"),
+                eligible=markable,
+            )
+
+    def content(
+        self, section: Section, content: Any, where: str, role: str, m: int | None, *, markable: bool
+    ) -> None:
+        """A message's content: a string is one text block, a list one block per part."""
+        if isinstance(content, str):
+            if content:
+                identity = (
+                    {"type": "text", "text": content, "role": role}
+                    if role
+                    else {"type": "text", "text": content}
+                )
+                self.add(
+                    section, where, "text", content, identity, eligible=markable, message=m, shorthand=True
+                )
+            return
+        if not isinstance(content, list):
+            return
+        for c, part in enumerate(content):
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            identity = {**_without_marker(part), "role": role} if role else _without_marker(part)
+            self.add(
+                section,
+                f"{where}.{c}",
+                kind if isinstance(kind, str) else "",
+                block_text(part),
+                identity,
+                part.get("cache_control"),
+                eligible=markable and _markable(part),
+                message=m,
+                cited=bool(part.get("citations")),
+            )
+
+
+def _anthropic(body: dict[str, Any], walk: _Walk) -> None:
+    walk.tools(body.get("tools"), markable=True)
+    system = body.get("system")
+    if isinstance(system, str):
+        if system:
+            walk.add("system", "system", "text", system, {"type": "text", "text": system}, shorthand=True)
+    elif isinstance(system, list):
+        for i, block in enumerate(system):
+            if isinstance(block, dict):
+                walk.add(
+                    "system",
+                    f"system.{i}",
+                    str(block.get("type") or ""),
+                    block_text(block),
+                    _without_marker(block),
+                    block.get("cache_control"),
+                    eligible=_markable(block),
+                )
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    for m, message in enumerate(messages):
+        if isinstance(message, dict):
+            role = str(message.get("role") or "")
+            walk.content("messages", message.get("content"), f"messages.{m}.content", role, m, markable=True)
+
+
+def _chat_message(message: dict[str, Any], m: int, section: Section, walk: _Walk, prefix: str) -> None:
+    role = str(message.get("role") or "")
+    # Explicit markers in Chat bodies (Bailian's explicit cache) go on message content only.
+    walk.content(section, message.get("content"), f"{prefix}.{m}.content", role, m, markable=True)
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        for k, call in enumerate(calls):
+            walk.add(
+                section,
+                f"{prefix}.{m}.tool_calls.{k}",
+                "tool_call",
+                _canonical(call).decode(),
+                {"role": role, "tool_call": call},
+                eligible=False,
+                message=m,
+            )
+
+
+def _chat(body: dict[str, Any], walk: _Walk) -> None:
+    walk.tools(body.get("tools"), markable=False)
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    leading = True
+    for m, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        leading = leading and message.get("role") in _SYSTEM_ROLES
+        _chat_message(message, m, "system" if leading else "messages", walk, "messages")
+
+
+def _responses(body: dict[str, Any], walk: _Walk) -> None:
+    walk.tools(body.get("tools"), markable=False)
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        walk.add(
+            "system",
+            "instructions",
+            "instructions",
+            instructions,
+            {"instructions": instructions},
+            eligible=False,
+        )
+    items = body.get("input")
+    if isinstance(items, str):
+        if items:
+            walk.add(
+                "messages",
+                "input",
+                "text",
+                items,
+                {"type": "text", "text": items, "role": "user"},
+                eligible=False,
+            )
+        return
+    if not isinstance(items, list):
+        return
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = str(item.get("role") or "")
+            walk.content("messages", item.get("content"), f"input.{i}.content", role, i, markable=False)
+            continue
+        if kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else _canonical(output).decode()
+        else:
+            text = _canonical(item).decode()
+        walk.add("messages", f"input.{i}", str(kind), text, item, eligible=False, message=i)
+
+
+def prompt_blocks(dialect: Dialect | str, body: dict[str, Any]) -> tuple[Block, ...]:
+    """The blocks of ``body`` (a request of ``dialect``) in prefix order; malformed parts are skipped.
+
+    Raises :class:`TypeError` when a block cannot be serialized as JSON (only possible for bodies not
+    read from JSON).
+    """
+    walk = _Walk()
+    if dialect in ("anthropic_messages", "anthropic_count_tokens", "anthropic"):
+        _anthropic(body, walk)
+    elif dialect in ("openai_chat", "chat"):
+        _chat(body, walk)
+    elif dialect in ("openai_responses", "responses"):
+        _responses(body, walk)
+    else:
+        raise ValueError(f"unknown dialect {dialect!r}")
+    return tuple(walk.blocks)
+
+
+def lookback_positions(kinds: Iterable[str], *, tool_runs_one_position: bool) -> list[int]:
+    """Each block's lookback position: consecutive ``tool_use`` (or ``tool_result``) blocks share one
+    when the provider counts a run as one position (Anthropic does; Bailian does not say so)."""
+    positions: list[int] = []
+    current = -1
+    previous = ""
+    for kind in kinds:
+        if not (tool_runs_one_position and kind in _TOOL_RUN_TYPES and kind == previous):
+            current += 1
+        positions.append(current)
+        previous = kind
+    return positions
+
+
+def chain_hashes(blocks: Sequence[Block], root: bytes, context: bytes = b"") -> list[bytes]:
+    """The prefix hash after each block: block ``i``'s hash covers ``root`` and blocks ``0..i``.
+
+    ``context`` (settings that invalidate the cached messages but not tools or system, such as
+    ``tool_choice`` and thinking) enters just before the first messages block, as at the providers.
+    Parts are length-prefixed, so no two block lists collide by concatenation.
+    """
+    hasher = hashlib.blake2b(root, digest_size=16)
+    hashes: list[bytes] = []
+    context_in = False
+    for block in blocks:
+        if block.section == "messages" and not context_in:
+            hasher.update(b"\x01" + len(context).to_bytes(8, "big") + context)
+            context_in = True
+        hasher.update(b"\x00" + len(block.content).to_bytes(8, "big") + block.content)
+        hashes.append(hasher.copy().digest())
+    return hashes

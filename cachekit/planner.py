@@ -1,0 +1,586 @@
+"""Automatic prompt-cache breakpoints: where ``cache_control`` markers go, and why.
+
+Anthropic (and Bailian's explicit cache, which copies its rules) bills a prompt prefix read from the
+cache at 0.1x and a prefix written to it at 1.25x (2x for a 1-hour entry), but only at the blocks
+that carry a ``cache_control`` marker, at most 4 per request, only for prefixes of at least the
+model's minimum length, and a marker only finds an earlier entry within 20 positions before it. The
+planner places markers so that each request reads the longest earlier write and writes what the next
+request will read:
+
+1. **Census.** The caller's own markers and a top-level automatic ``cache_control`` count against the
+   limit; the caller's markers are never moved or removed. More than the limit, a marker on a block
+   that cannot carry one, or a 1-hour marker after a 5-minute one is the caller's error:
+   :class:`PlanError` names the blocks (the provider would refuse the request the same way).
+2. **Candidates**, most valuable first while markers remain: the end of the conversation so far (the
+   last block that may carry a marker: the next request extends this prompt and reads it whole); a
+   **lookback bridge** when the conversation's previous write lies 20 positions or more before every
+   later marker (a turn that added 30 tool results, say): a marker on the previous write's own block
+   reads it; then the end of the system prompt and the end of the tools (stable across
+   conversations). A candidate whose prefix is shorter than the model's minimum gets no marker (it
+   would write nothing); a block that cannot carry one (thinking, an empty or cited text block) is
+   never marked; a string shorthand becomes one text block to carry its marker.
+3. **Lifetimes.** 5 minutes by default; 1 hour where the same prefix came back after a gap longer
+   than 5 minutes (observed), since a 1-hour write pays for itself after two reads. A marker never
+   gets a shorter lifetime than a marker after it (1h before 5m), nor a longer one than the caller's
+   markers before it.
+
+:func:`plan_breakpoints` is pure: the blocks, their token counts and what is remembered about
+earlier requests (:class:`Recall`) go in, the planned body and the placements come out.
+:class:`Planner` keeps that memory (:class:`PlanMemory`: which prefixes were written and when, by
+prefix hash, per partition and model), counts tokens with a calibrated
+:class:`~cachekit.tokens.TokenEstimator` and, for OpenAI, sets ``prompt_cache_key`` from the hash
+of the stable prefix when the caller set none (never for OpenAI-compatible third parties, which do
+not take it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from cachekit.blocks import Block, chain_hashes, lookback_positions, prompt_blocks
+from cachekit.providers.cache_rules import CacheRules, UnknownProviderError, cache_rules
+from cachekit.tokens import TokenEstimator
+
+__all__ = [
+    "Applied",
+    "Placement",
+    "Plan",
+    "PlanError",
+    "PlanMemory",
+    "Planner",
+    "Recall",
+    "add_marker",
+    "plan_breakpoints",
+    "prompt_cache_key",
+    "stable_first",
+]
+
+logger = logging.getLogger("cachekit.planner")
+
+Ttl = Literal["5m", "1h"]
+Reason = Literal["conversation", "lookback", "system", "tools"]
+
+_SHORT: Ttl = "5m"
+_LONG: Ttl = "1h"
+_FIVE_MINUTES = 300.0
+_ONE_HOUR = 3600.0
+_ANTHROPIC_DIALECTS = ("anthropic_messages", "anthropic_count_tokens")
+
+
+class PlanError(ValueError):
+    """A request the provider would refuse for its ``cache_control`` markers; the message names the blocks."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One marker cachekit added: the block (its path and index), its lifetime, and why it is there."""
+
+    where: str
+    block: int
+    ttl: Ttl
+    reason: Reason
+    prefix_tokens: int
+    """Estimated tokens of the prefix up to and including the block (calibrated)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """What is remembered about earlier requests, as facts about this request's blocks.
+
+    ``last_write``: the latest block whose prefix an earlier request wrote and that is still live.
+    ``long_gap``: blocks whose prefix came back after more than 5 minutes (they get 1-hour markers).
+    ``conversation_long_gap``: this conversation's previous request came more than 5 minutes ago.
+    """
+
+    last_write: int | None = None
+    long_gap: frozenset[int] = frozenset()
+    conversation_long_gap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A planned request: the body to send and the markers cachekit added to it."""
+
+    body: dict[str, Any]
+    placements: tuple[Placement, ...]
+    caller_markers: int
+    """The caller's own markers, plus one for a top-level automatic ``cache_control``."""
+    notes: tuple[str, ...] = ()
+    """Why candidates got no marker (below the minimum, no markers left), for the debug log."""
+    markers: tuple[tuple[int, Ttl], ...] = ()
+    """Every marker of the planned body (the caller's and cachekit's) as (block index, lifetime)."""
+
+    def header(self) -> str:
+        """The ``x-cachekit-breakpoints`` header value: ``where=ttl/reason`` per added marker, or ``none``."""
+        if not self.placements:
+            return "none"
+        return ", ".join(f"{p.where}={p.ttl}/{p.reason}" for p in self.placements)
+
+
+def _ttl_of(control: Any, where: str, rules: CacheRules) -> Ttl:
+    if not isinstance(control, dict) or control.get("type") != "ephemeral":
+        raise PlanError(f"{where}.cache_control: type must be 'ephemeral'")
+    ttl = control.get("ttl", _SHORT)
+    if ttl not in rules.ttl_seconds or ttl not in (_SHORT, _LONG):
+        options = ", ".join(repr(name) for name in rules.ttl_seconds)
+        raise PlanError(f"{where}.cache_control.ttl: must be one of {options}, got {ttl!r}")
+    return _SHORT if ttl == _SHORT else _LONG
+
+
+def _census(
+    body: dict[str, Any], blocks: Sequence[Block], rules: CacheRules
+) -> tuple[dict[int, Ttl], int | None, Ttl | None]:
+    """The caller's markers by block, the automatic marker's target block and lifetime; checks the limit."""
+    marked: dict[int, Ttl] = {}
+    for index, block in enumerate(blocks):
+        if block.marker is None:
+            continue
+        if not block.eligible:
+            raise PlanError(f"{block.where}: a {block.kind or 'this'} block cannot carry cache_control")
+        marked[index] = _ttl_of(block.marker, block.where, rules)
+    automatic: Ttl | None = None
+    target: int | None = None
+    if body.get("cache_control") is not None:
+        if not rules.automatic_caching:
+            raise PlanError(f"cache_control: a top-level cache_control is not supported by {rules.provider}")
+        automatic = _ttl_of(body["cache_control"], "(top level)", rules)
+        # The API's own walk back from the last block, which may stop at a cited block.
+        target = next(
+            (i for i in range(len(blocks) - 1, -1, -1) if blocks[i].eligible or blocks[i].cited), None
+        )
+        if target is not None and target in marked and marked[target] != automatic:
+            raise PlanError(
+                f"{blocks[target].where}: its cache_control conflicts with the top-level one "
+                f"({marked[target]} vs {automatic})"
+            )
+    count = len(marked) + (1 if automatic is not None and (target is None or target not in marked) else 0)
+    limit = rules.max_breakpoints or 0
+    if count > limit:
+        where = [blocks[i].where for i in sorted(marked)] + (["(top level)"] if automatic is not None else [])
+        raise PlanError(f"{count} cache_control markers, at most {limit} allowed: {', '.join(where)}")
+    ordered = sorted(marked.items())
+    if automatic is not None and target is not None:
+        ordered = sorted({**marked, target: automatic}.items())
+    shortest = float("inf")
+    for index, ttl in ordered:
+        seconds = rules.ttl(ttl)
+        if seconds > shortest:
+            raise PlanError(f"{blocks[index].where}: a ttl='1h' marker must not come after a ttl='5m' one")
+        shortest = min(shortest, seconds)
+    return marked, target, automatic
+
+
+def _last_eligible(blocks: Sequence[Block], start: int, stop: int = -1) -> int | None:
+    return next((i for i in range(start, stop, -1) if blocks[i].eligible), None)
+
+
+def _section_end(blocks: Sequence[Block], section: str) -> int | None:
+    """The last block of ``section`` that may carry a marker (searching back within the section).
+
+    Sections come in prefix order (tools, system, messages), so the search stops at the first block
+    of an earlier section.
+    """
+    index = len(blocks) - 1
+    while index >= 0 and blocks[index].section != section:
+        index -= 1
+    while index >= 0 and blocks[index].section == section:
+        if blocks[index].eligible:
+            return index
+        index -= 1
+    return None
+
+
+def _stable_system_end(blocks: Sequence[Block], volatile: frozenset[int]) -> int | None:
+    """The system marker's block: the last eligible system block before the first volatile one."""
+    end = _section_end(blocks, "system")
+    if not volatile or end is None:
+        return end
+    first = min((i for i in volatile if blocks[i].section == "system"), default=end + 1)
+    end = _last_eligible(blocks, min(end, first - 1))
+    return end if end is not None and blocks[end].section == "system" else None
+
+
+def _cache_control(ttl: Ttl) -> dict[str, str]:
+    # 5 minutes is the default lifetime: written as callers write it, without a ttl field.
+    return {"type": "ephemeral"} if ttl == _SHORT else {"type": "ephemeral", "ttl": _LONG}
+
+
+def _path(where: str) -> list[str | int]:
+    return [int(part) if part.isdigit() else part for part in where.split(".")]
+
+
+def add_marker(body: dict[str, Any], where: str, ttl: Ttl = "5m") -> dict[str, Any]:
+    """``body`` with a ``cache_control`` marker on the block at ``where`` (a :attr:`Block.where` path);
+    copies only the containers along the path, so ``body`` is unchanged.
+
+    A string (system or message content shorthand) becomes a list of one text block carrying it.
+    """
+
+    def put(container: Any, path: list[str | int]) -> Any:
+        key = path[0]
+        copy: Any = dict(container) if isinstance(container, dict) else list(container)
+        if len(path) == 1:
+            target = container[key]
+            if isinstance(target, str):
+                copy[key] = [{"type": "text", "text": target, "cache_control": _cache_control(ttl)}]
+            else:
+                copy[key] = {**target, "cache_control": _cache_control(ttl)}
+        else:
+            copy[key] = put(container[key], path[1:])
+        return copy
+
+    result: dict[str, Any] = put(body, _path(where))
+    return result
+
+
+def _lifetimes(wanted: dict[int, Ttl], fixed: dict[int, Ttl], rules: CacheRules) -> dict[int, Ttl]:
+    """Lifetimes for the added markers that keep 1h before 5m around the caller's fixed markers."""
+    if _LONG not in rules.ttl_seconds:
+        return dict.fromkeys(wanted, _SHORT)
+    chosen = dict(wanted)
+    for index in chosen:
+        # Never longer than a caller's marker before it.
+        if any(ttl == _SHORT for at, ttl in fixed.items() if at < index):
+            chosen[index] = _SHORT
+    # Never shorter than any marker after it.
+    longest_after = False
+    for index in sorted({**fixed, **chosen}, reverse=True):
+        if index in chosen and longest_after:
+            chosen[index] = _LONG
+        longest_after = longest_after or (fixed.get(index) or chosen.get(index)) == _LONG
+    return chosen
+
+
+def plan_breakpoints(
+    body: dict[str, Any],
+    blocks: Sequence[Block],
+    tokens: Sequence[int],
+    *,
+    rules: CacheRules,
+    recall: Recall = Recall(),
+    volatile: frozenset[int] = frozenset(),
+) -> Plan:
+    """Place ``cache_control`` markers on ``body`` (see the module docstring). Pure.
+
+    ``blocks`` are ``body``'s blocks (:func:`cachekit.blocks.prompt_blocks`), ``tokens`` their token
+    counts as the provider would count them, ``rules`` the model's caching rules (explicit mode).
+    ``volatile`` are system blocks known to change between calls: the system marker goes on the last
+    eligible system block before the first of them. Raises :class:`PlanError` for markers the
+    provider would refuse.
+    """
+    if len(tokens) != len(blocks):
+        raise ValueError(f"{len(tokens)} token counts for {len(blocks)} blocks")
+    marked, target, automatic = _census(body, blocks, rules)
+    taken = dict(marked)
+    if automatic is not None and target is not None:
+        taken[target] = automatic
+    budget = (rules.max_breakpoints or 0) - len(taken)
+    prefix = list(itertools.accumulate(tokens))
+    positions = lookback_positions(
+        (b.kind for b in blocks), tool_runs_one_position=rules.tool_runs_one_position
+    )
+    window = rules.lookback_positions or 1
+    conversation_ttl = _LONG if recall.conversation_long_gap else _SHORT
+
+    candidates: list[tuple[int | None, Reason, Ttl]] = []
+    if automatic is None and blocks:
+        candidates.append((_last_eligible(blocks, len(blocks) - 1), "conversation", conversation_ttl))
+    system_end = _stable_system_end(blocks, volatile)
+    tools_end = _section_end(blocks, "tools")
+
+    wanted: dict[int, Ttl] = {}
+    reasons: dict[int, Reason] = {}
+    notes: list[str] = []
+
+    def take(index: int | None, reason: Reason, ttl: Ttl) -> None:
+        nonlocal budget
+        if index is None or index in taken or index in wanted:
+            return
+        if prefix[index] < rules.min_cacheable_tokens:
+            notes.append(
+                f"{reason} at {blocks[index].where}: {prefix[index]} tokens "
+                f"< {rules.min_cacheable_tokens} minimum"
+            )
+            return
+        if budget <= 0:
+            notes.append(f"{reason} at {blocks[index].where}: no markers left")
+            return
+        wanted[index] = ttl
+        reasons[index] = reason
+        budget -= 1
+
+    for index, reason, ttl in candidates:
+        take(index, reason, ttl)
+    # The lookback: a marker finds an earlier entry only within `window` positions before it. When every
+    # marker after the previous write is out of its reach, a marker on the write's own block reads it.
+    write = recall.last_write
+    if write is not None and write < len(blocks) and blocks[write].eligible:
+        after = [i for i in (*taken, *wanted) if i >= write]
+        reached = any(positions[i] - positions[write] < window for i in after)
+        if after and not reached:
+            take(write, "lookback", conversation_ttl)
+    for index, reason in ((system_end, "system"), (tools_end, "tools")):
+        if index is not None:
+            take(index, reason, _LONG if index in recall.long_gap else _SHORT)
+
+    chosen = _lifetimes(wanted, taken, rules)
+    planned = body
+    placements = []
+    for index in sorted(chosen):
+        planned = add_marker(planned, blocks[index].where, chosen[index])
+        placements.append(Placement(blocks[index].where, index, chosen[index], reasons[index], prefix[index]))
+    markers = tuple(sorted({**taken, **chosen}.items()))
+    return Plan(planned, tuple(placements), len(taken), tuple(notes), markers)
+
+
+def stable_first(dialect: str, body: dict[str, Any], volatile: Collection[str]) -> dict[str, Any]:
+    """``body`` with the system blocks at the ``volatile`` paths moved after the others, both groups
+    in their own order, so the stable ones form a prefix that can be cached.
+
+    Anthropic: blocks of a ``system`` list; Chat: the leading system/developer messages. Nothing moves
+    while a system block carries the caller's ``cache_control`` (cachekit never moves a caller's
+    marker), nor for a single block or the Responses API's one ``instructions`` string.
+    """
+    if dialect in _ANTHROPIC_DIALECTS:
+        system = body.get("system")
+        if not isinstance(system, list):
+            return body
+        moved = [f"system.{i}" in volatile for i in range(len(system))]
+        items, key = system, "system"
+    elif dialect == "openai_chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return body
+        lead = 0
+        while (
+            lead < len(messages)
+            and isinstance(messages[lead], dict)
+            and messages[lead].get("role")
+            in (
+                "system",
+                "developer",
+            )
+        ):
+            lead += 1
+        moved = [
+            any(
+                where == f"messages.{m}.content" or where.startswith(f"messages.{m}.content.")
+                for where in volatile
+            )
+            for m in range(lead)
+        ]
+        items, key = messages, "messages"
+    else:
+        return body
+    if not any(moved) or all(moved) or "cache_control" in orjson.dumps(items[: len(moved)]).decode():
+        return body
+    stable = [item for item, gone in zip(items, moved, strict=False) if not gone]
+    changing = [item for item, gone in zip(items, moved, strict=False) if gone]
+    return {**body, key: stable + changing + list(items[len(moved) :])}
+
+
+def prompt_cache_key(dialect: str, body: dict[str, Any]) -> str:
+    """A ``prompt_cache_key`` from the hash of the stable prefix: the model, tools and system section.
+
+    Requests that share those share the key, so OpenAI routes them to the same cache machines.
+    """
+    stable = [b.content for b in prompt_blocks(dialect, body) if b.section != "messages"]
+    hasher = hashlib.blake2b(digest_size=16)
+    hasher.update(str(body.get("model", "")).encode())
+    for content in stable:
+        hasher.update(len(content).to_bytes(8, "big"))
+        hasher.update(content)
+    return "ck-" + hasher.hexdigest()
+
+
+@dataclass(slots=True)
+class _Entry:
+    last_used: float
+    ttl: float
+
+
+class PlanMemory:
+    """Which prompt prefixes earlier requests wrote, and when they were last used, by prefix hash.
+
+    Bounded (least recently used entries go first) and thread-safe. Only hashes and times are kept,
+    never prompt text.
+    """
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity!r}")
+        self._capacity = capacity
+        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def recall(self, hashes: Sequence[bytes], stable: Sequence[int], now: float) -> Recall:
+        """What is known about a request whose prefix hashes are ``hashes``; ``stable`` are the blocks
+        (tools end, system end) whose own recurrence decides their lifetime."""
+        last_write: int | None = None
+        conversation_gap: float | None = None
+        long_gap: set[int] = set()
+        with self._lock:
+            for index in range(len(hashes) - 1, -1, -1):
+                entry = self._entries.get(hashes[index])
+                if entry is None:
+                    continue
+                gap = now - entry.last_used
+                if conversation_gap is None:
+                    conversation_gap = gap
+                if gap < entry.ttl:
+                    last_write = index
+                    break
+            for index in stable:
+                entry = self._entries.get(hashes[index])
+                if entry is not None and _FIVE_MINUTES < now - entry.last_used <= _ONE_HOUR:
+                    long_gap.add(index)
+        long_conversation = conversation_gap is not None and _FIVE_MINUTES < conversation_gap <= _ONE_HOUR
+        return Recall(last_write, frozenset(long_gap), long_conversation)
+
+    def record(
+        self, hashes: Sequence[bytes], markers: Sequence[tuple[int, float]], read: int | None, now: float
+    ) -> None:
+        """Remember a sent request: ``markers`` (block, lifetime in seconds) wrote or refreshed their
+        prefixes; ``read`` (a block) was read, which refreshes its lifetime."""
+        with self._lock:
+            if read is not None:
+                entry = self._entries.get(hashes[read])
+                if entry is not None:
+                    entry.last_used = now
+                    self._entries.move_to_end(hashes[read])
+            for index, ttl in markers:
+                key = hashes[index]
+                entry = self._entries.get(key)
+                if entry is not None and now - entry.last_used < entry.ttl:
+                    # A live entry under a marker is a hit: refreshed with its own lifetime, not rewritten.
+                    entry.last_used = now
+                    self._entries.move_to_end(key)
+                else:
+                    self._entries[key] = _Entry(now, ttl)
+                    self._entries.move_to_end(key)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What the planner did to one request on its way upstream."""
+
+    body: dict[str, Any]
+    plan: Plan | None = None
+    """The breakpoint plan (explicit-cache providers), or ``None``."""
+    cache_key: str | None = None
+    """The ``prompt_cache_key`` cachekit set (OpenAI), or ``None``."""
+    estimate: int = 0
+    """Raw estimated prompt tokens, for calibration against the usage the provider reports."""
+    model: str = ""
+    changed: bool = False
+
+    def header(self) -> str:
+        """The ``x-cachekit-breakpoints`` response header value."""
+        if self.plan is not None:
+            return self.plan.header()
+        if self.cache_key is not None:
+            return f"prompt_cache_key={self.cache_key}"
+        return "none"
+
+
+@dataclass
+class Planner:
+    """Breakpoints and cache keys for requests on their way upstream, with the memory they need.
+
+    ``rules_for`` maps (provider, model) to caching rules (default: the bundled table); ``estimator``
+    counts tokens (default: ``o200k_base``, calibrated per model). Thread-safe.
+    """
+
+    estimator: TokenEstimator = field(default_factory=TokenEstimator)
+    memory: PlanMemory = field(default_factory=PlanMemory)
+    rules_for: Callable[[str, str], CacheRules] = cache_rules
+
+    def rules(self, provider: str, model: str) -> CacheRules | None:
+        """The caching rules of ``provider``'s ``model``, or ``None`` when cachekit has none."""
+        try:
+            return self.rules_for(provider, model)
+        except UnknownProviderError:
+            return None
+
+    def apply(
+        self,
+        provider: str,
+        dialect: str,
+        body: dict[str, Any],
+        *,
+        partition: bytes = b"",
+        now: float,
+        volatile: Collection[str] = (),
+        blocks: Sequence[Block] | None = None,
+    ) -> Applied:
+        """Plan ``body`` for ``provider`` (a provider name from the rules table) and remember it as sent.
+
+        ``volatile`` are paths of system blocks known to change between calls (see :func:`stable_first`);
+        ``blocks`` are ``body``'s blocks when the caller has them already.
+        Raises :class:`PlanError` for markers the provider would refuse.
+        """
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            return Applied(body)
+        rules = self.rules(provider, model)
+        if rules is None:
+            return Applied(body, model=model)
+        if blocks is None:
+            blocks = prompt_blocks(dialect, body)
+        raw = self.estimator.counts(b.text for b in blocks)
+        estimate = sum(raw)
+        if rules.mode == "automatic":
+            if provider != "openai" or body.get("prompt_cache_key") is not None:
+                return Applied(body, estimate=estimate, model=model)
+            key = prompt_cache_key(dialect, body)
+            return Applied({**body, "prompt_cache_key": key}, None, key, estimate, model, True)
+        ratio = self.estimator.ratio(model)
+        tokens = [round(count * ratio) for count in raw]
+        context = orjson.dumps(
+            {"thinking": body.get("thinking"), "tool_choice": body.get("tool_choice")},
+            option=orjson.OPT_SORT_KEYS,
+        )
+        root = b"\x00".join(
+            (b"cachekit-plan/v1", provider.encode(), model.strip().lower().encode(), partition)
+        )
+        hashes = chain_hashes(blocks, root, context)
+        stable = [i for i in (_section_end(blocks, "tools"), _section_end(blocks, "system")) if i is not None]
+        recall = self.memory.recall(hashes, stable, now)
+        changing = (
+            frozenset(i for i, b in enumerate(blocks) if b.where in volatile) if volatile else frozenset()
+        )
+        plan = plan_breakpoints(body, blocks, tokens, rules=rules, recall=recall, volatile=changing)
+        prefix = 0
+        effective: list[tuple[int, float]] = []
+        cumulative = [0] * len(tokens)
+        for i, count in enumerate(tokens):
+            prefix += count
+            cumulative[i] = prefix
+        for index, ttl in plan.markers:
+            if cumulative[index] >= rules.min_cacheable_tokens:
+                effective.append((index, rules.ttl(ttl)))
+        self.memory.record(hashes, effective, recall.last_write, now)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "breakpoints %s %s: %s (caller's: %d; %s)",
+                provider,
+                model,
+                plan.header(),
+                plan.caller_markers,
+                "; ".join(plan.notes) or "nothing skipped",
+            )
+        return Applied(plan.body, plan, None, estimate, model, bool(plan.placements))

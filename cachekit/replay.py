@@ -1,0 +1,422 @@
+"""``cachekit replay``: what each breakpoint policy would have cost on recorded agent traffic.
+
+A trace file holds one conversation per line, in the Anthropic Messages layout
+(``{"id", "system", "tools", "messages", ...}``, as in ``traces-dev.jsonl``). Request ``k`` of a
+conversation is what the client sent before assistant turn ``k``: the system prompt, the tools and
+every message before that turn. Each policy replays every conversation in order, one request every
+``gap_seconds`` of simulated time, through a cachekit client (the real ``anthropic`` SDK) to the local
+backend with the scripted engine, whose accounting bills prompts by the provider's caching rules:
+
+* ``none``: no markers; ``system``: one marker after the system prompt; ``last``: one marker on the
+  last message; ``auto``: Anthropic's top-level automatic caching; ``cachekit``: cachekit's planner.
+
+Costs are input-side only, from the price table. The lower bound prices each request as if every
+token of its longest prefix shared with any earlier request (of any conversation) were a cache read,
+and the rest plain input, with no write premium and no minimum length: no placement can beat it.
+``savings_efficiency`` is the share of that ideal saving a policy achieved.
+
+Only the prompt's blocks and usage counts are handled; nothing here logs prompt text.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from cachekit.blocks import prompt_blocks
+from cachekit.cost.prices import PriceTable, default_prices
+from cachekit.cost.usage import UsageRecord
+from cachekit.planner import add_marker
+
+__all__ = [
+    "POLICIES",
+    "Conversation",
+    "PolicyResult",
+    "TraceError",
+    "apply_policy",
+    "read_traces",
+    "replay",
+    "requests_of",
+]
+
+logger = logging.getLogger("cachekit.replay")
+
+POLICIES = ("none", "system", "last", "auto", "cachekit")
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+class TraceError(ValueError):
+    """A trace line that cannot be replayed; the message names the line (and conversation)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """One conversation of a trace file, with the line it came from (1-based)."""
+
+    line: int
+    id: str
+    system: Any
+    tools: list[Any]
+    messages: list[Any]
+
+
+@dataclass
+class PolicyResult:
+    """Totals of one policy over a replay. :meth:`to_json` gives the ``--json`` object."""
+
+    policy: str
+    requests: int = 0
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    uncached_tokens: int = 0
+    cost_usd: float = 0.0
+    cost_no_cache_usd: float = 0.0
+    cost_lower_bound_usd: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def savings_efficiency(self) -> float | None:
+        """(cost without cache - cost) / (cost without cache - lower bound); ``None`` if none can be saved."""
+        ideal = self.cost_no_cache_usd - self.cost_lower_bound_usd
+        if ideal <= 0:
+            return None
+        return (self.cost_no_cache_usd - self.cost_usd) / ideal
+
+    def to_json(self) -> dict[str, Any]:
+        """Exactly the documented keys (errors are reported separately)."""
+        efficiency = self.savings_efficiency
+        return {
+            "policy": self.policy,
+            "requests": self.requests,
+            "input_tokens": self.input_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "uncached_tokens": self.uncached_tokens,
+            "cost_usd": round(self.cost_usd, 6),
+            "cost_no_cache_usd": round(self.cost_no_cache_usd, 6),
+            "cost_lower_bound_usd": round(self.cost_lower_bound_usd, 6),
+            "savings_efficiency": None if efficiency is None else round(efficiency, 4),
+        }
+
+
+def _conversation(line: int, raw: bytes) -> Conversation:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(f"line {line}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise TraceError(f"line {line}: expected a JSON object, got {type(data).__name__}")
+    ident = str(data.get("id") or f"line-{line}")
+    label = f"line {line} ({ident})"
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise TraceError(f"{label}: 'messages' must be a non-empty list")
+    for m, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            raise TraceError(f"{label}: messages[{m}] must be an object with role user or assistant")
+        if not isinstance(message.get("content"), (str, list)):
+            raise TraceError(f"{label}: messages[{m}].content must be a string or a list of blocks")
+    tools = data.get("tools") or []
+    if not isinstance(tools, list):
+        raise TraceError(f"{label}: 'tools' must be a list")
+    system = data.get("system")
+    if system is not None and not isinstance(system, (str, list)):
+        raise TraceError(f"{label}: 'system' must be a string or a list of text blocks")
+    return Conversation(line, ident, system, tools, messages)
+
+
+def read_traces(path: str | Path, *, limit: int | None = None) -> Iterator[Conversation | TraceError]:
+    """The conversations of a trace file in order, or a :class:`TraceError` in place of a bad line.
+
+    Blank lines are skipped; ``limit`` stops after that many conversations (bad lines included).
+    """
+    seen = 0
+    with Path(path).open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            if limit is not None and seen >= limit:
+                return
+            seen += 1
+            try:
+                yield _conversation(number, raw)
+            except TraceError as error:
+                yield error
+
+
+def requests_of(conversation: Conversation, model: str, *, max_tokens: int = 16) -> list[dict[str, Any]]:
+    """The Messages API requests the client sent: one before each assistant turn (after the first message)."""
+    bodies = []
+    for k, message in enumerate(conversation.messages):
+        if message["role"] != "assistant" or k == 0:
+            continue
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": max_tokens,
+            "messages": conversation.messages[:k],
+        }
+        if conversation.system:
+            body["system"] = conversation.system
+        if conversation.tools:
+            body["tools"] = conversation.tools
+        bodies.append(body)
+    return bodies
+
+
+def apply_policy(policy: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as a client following ``policy`` sends it (``cachekit``: unchanged, cachekit plans it)."""
+    if policy in ("none", "cachekit"):
+        return body
+    if policy == "auto":
+        return {**body, "cache_control": dict(_EPHEMERAL)}
+    blocks = prompt_blocks("anthropic_messages", body)
+    if policy == "system":
+        section = [b for b in blocks if b.section == "system" and b.eligible] or [
+            b for b in blocks if b.section == "tools" and b.eligible
+        ]
+        return add_marker(body, section[-1].where) if section else body
+    if policy == "last":
+        last = len(body["messages"]) - 1
+        candidates = [b for b in blocks if b.message == last and b.eligible]
+        return add_marker(body, candidates[-1].where) if candidates else body
+    raise ValueError(f"unknown policy {policy!r}; one of {', '.join(POLICIES)}")
+
+
+class _MemoTokenizer:
+    """A tokenizer that remembers its encodings: a replay sends the same blocks again and again."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.name = getattr(inner, "name", "memo")
+        self._encode: Callable[[str], tuple[int, ...]] = functools.lru_cache(maxsize=200_000)(
+            lambda text: tuple(inner.encode(text))
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._encode(text))
+
+    def encode_tuple(self, text: str) -> tuple[int, ...]:
+        return self._encode(text)
+
+    def decode(self, tokens: list[int]) -> str:
+        text: str = self._inner.decode(tokens)
+        return text
+
+    def count(self, text: str) -> int:
+        return len(self._encode(text))
+
+
+class _SharedPrefixes:
+    """The longest token prefix each prompt shares with any earlier one, block chain by block chain."""
+
+    def __init__(self) -> None:
+        # chain hash after k blocks -> {next block's identity -> its tokens}
+        self._children: dict[bytes, dict[bytes, tuple[int, ...]]] = {}
+
+    def add(self, chain: Sequence[tuple[bytes, tuple[int, ...]]]) -> int:
+        """Tokens of ``chain`` (block identity, tokens) shared with an earlier chain; then remember it."""
+        current = b"root"
+        shared = 0
+        matching = True
+        for identity, tokens in chain:
+            siblings = self._children.setdefault(current, {})
+            if matching:
+                if identity in siblings:
+                    shared += len(tokens)
+                else:
+                    shared += max((_common(tokens, other) for other in siblings.values()), default=0)
+                    matching = False
+            siblings.setdefault(identity, tokens)
+            current = hashlib.blake2b(current + identity, digest_size=16).digest()
+        return shared
+
+
+def _common(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _chain(body: dict[str, Any], tokenizer: _MemoTokenizer) -> list[tuple[bytes, tuple[int, ...]]]:
+    """The request's blocks as (identity, tokens), with the settings that invalidate the cached messages
+    (tool choice, thinking) as a token-less link before the first message, as at the provider."""
+    chain: list[tuple[bytes, tuple[int, ...]]] = []
+    context = orjson.dumps(
+        {"thinking": body.get("thinking"), "tool_choice": body.get("tool_choice")},
+        option=orjson.OPT_SORT_KEYS,
+    )
+    placed = False
+    for block in prompt_blocks("anthropic_messages", body):
+        if block.section == "messages" and not placed:
+            chain.append((b"context:" + context, ()))
+            placed = True
+        chain.append(
+            (hashlib.blake2b(block.content, digest_size=16).digest(), tokenizer.encode_tuple(block.text))
+        )
+    return chain
+
+
+@dataclass
+class _Prices:
+    table: PriceTable
+    provider: str
+    model: str
+
+    def cost(self, usage: UsageRecord) -> tuple[float, float]:
+        priced = self.table.price(self.provider, self.model, usage)
+        if priced.total_usd is None or priced.no_cache_usd is None:
+            raise ValueError(f"cannot price {self.provider} {self.model!r}: {priced.problem}")
+        return priced.total_usd, priced.no_cache_usd
+
+
+def _usage_of(response: Any) -> UsageRecord:
+    usage = response.usage
+    creation = getattr(usage, "cache_creation", None)
+    written = usage.cache_creation_input_tokens or 0
+    long = (getattr(creation, "ephemeral_1h_input_tokens", 0) or 0) if creation is not None else 0
+    return UsageRecord(
+        uncached_input=usage.input_tokens,
+        cache_write_5m=written - long,
+        cache_write_1h=long,
+        cache_read=usage.cache_read_input_tokens or 0,
+        output=0,  # input-side cost only
+    )
+
+
+def _lower_bounds(
+    conversations: Sequence[Conversation], model: str, tokenizer: _MemoTokenizer, pricing: _Prices
+) -> dict[tuple[int, int], float]:
+    """Each request's lower-bound cost (by line and request index); the same for every policy."""
+    lower: dict[tuple[int, int], float] = {}
+    shared = _SharedPrefixes()
+    for conversation in conversations:
+        for k, body in enumerate(requests_of(conversation, model)):
+            chain = _chain(body, tokenizer)
+            total = sum(len(tokens) for _, tokens in chain)
+            reused = shared.add(chain)
+            usage = UsageRecord(
+                uncached_input=total - reused, cache_write_5m=0, cache_write_1h=0, cache_read=reused, output=0
+            )
+            lower[conversation.line, k] = pricing.cost(usage)[0]
+    return lower
+
+
+def _replay_policy(
+    policy: str,
+    conversations: Sequence[Conversation],
+    *,
+    provider: str,
+    model: str,
+    gap_seconds: float,
+    tokenizer: _MemoTokenizer,
+    pricing: _Prices,
+    lower: dict[tuple[int, int], float],
+) -> PolicyResult:
+    import anthropic
+    import httpx2
+
+    import cachekit
+    from cachekit.cache import Cache
+    from cachekit.config import CacheConfig
+    from cachekit.local import LocalBackend, LocalTransport, ManualClock, ScriptedEngine
+
+    clock = ManualClock()
+    backend = LocalBackend(ScriptedEngine(tokenizer), rules="anthropic", clock=clock)
+    config = CacheConfig(
+        store="memory://",
+        enabled=False,  # prompt caching only: a repeated request must reach the backend
+        ledger=False,
+        lint="off",
+        breakpoints="auto" if policy == "cachekit" else "off",
+        price_as=provider,
+    )
+    client = cachekit.Anthropic(
+        api_key="replay",
+        base_url="http://replay.invalid",
+        http_client=httpx2.Client(transport=LocalTransport(backend)),
+        cache=Cache(config, clock=clock),
+        max_retries=0,
+    )
+    result = PolicyResult(policy)
+    try:
+        for conversation in conversations:
+            for k, body in enumerate(requests_of(conversation, model)):
+                clock.advance(gap_seconds)
+                try:
+                    response = client.messages.create(**apply_policy(policy, body))
+                except anthropic.APIError as exc:
+                    where = f"line {conversation.line} ({conversation.id}), request {k + 1}"
+                    result.errors.append(f"{where}: {exc}")
+                    break
+                usage = _usage_of(response)
+                cost, no_cache = pricing.cost(usage)
+                result.requests += 1
+                result.uncached_tokens += usage.uncached_input or 0
+                result.cache_read_tokens += usage.cache_read or 0
+                result.cache_write_tokens += usage.cache_write or 0
+                result.input_tokens += usage.input_total or 0
+                result.cost_usd += cost
+                result.cost_no_cache_usd += no_cache
+                result.cost_lower_bound_usd += lower[conversation.line, k]
+    finally:
+        client.close()
+        backend.close()
+    return result
+
+
+def replay(
+    conversations: Sequence[Conversation],
+    *,
+    provider: str = "anthropic",
+    model: str,
+    policies: Sequence[str] = POLICIES,
+    gap_seconds: float = 5.0,
+    prices: PriceTable | None = None,
+) -> list[PolicyResult]:
+    """Replay ``conversations`` once per policy (see the module docstring); one result per policy.
+
+    A request the backend refuses ends its conversation for that policy (recorded in ``errors``, naming
+    the line and request); the replay goes on with the next conversation. Needs the ``anthropic`` extra.
+    """
+    try:
+        import anthropic  # noqa: F401 - only checked here, for a clear message
+        import httpx2  # noqa: F401
+    except ImportError as error:
+        from cachekit.errors import MissingExtraError
+
+        raise MissingExtraError("anthropic", "anthropic", "cachekit replay") from error
+    from cachekit.tokens import encoding
+
+    if provider != "anthropic":
+        raise ValueError(f"replay speaks the Anthropic Messages API; provider {provider!r} is not supported")
+    for policy in policies:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; one of {', '.join(POLICIES)}")
+    if not gap_seconds >= 0:
+        raise ValueError(f"gap_seconds must be >= 0, got {gap_seconds!r}")
+    tokenizer = _MemoTokenizer(encoding("o200k_base"))
+    pricing = _Prices(prices or default_prices(), provider, model)
+    lower = _lower_bounds(conversations, model, tokenizer, pricing)
+    return [
+        _replay_policy(
+            policy,
+            conversations,
+            provider=provider,
+            model=model,
+            gap_seconds=gap_seconds,
+            tokenizer=tokenizer,
+            pricing=pricing,
+            lower=lower,
+        )
+        for policy in policies
+    ]

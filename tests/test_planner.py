@@ -1,0 +1,684 @@
+"""Breakpoint planning: the rules (properties over generated conversations) and what it saves,
+measured by the local backend's billing through the real SDKs.
+
+The property tests call the pure planner; an independent check is the local backend's own parser
+and Anthropic billing, which refuse what the API refuses (more than 4 markers, a marker on a
+thinking block, 1h after 5m). The savings tests run the drop-in clients against the backend, which
+bills each request by Anthropic's (or Bailian's) rules, and compare with markers placed by hand.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cachekit
+from cachekit.blocks import prompt_blocks
+from cachekit.cache import Cache
+from cachekit.local import LocalBackend, LocalTransport, ManualClock, ScriptedEngine
+from cachekit.local.accounting import AnthropicCache
+from cachekit.local.parse import parse
+from cachekit.local.scripted import ByteTokenizer
+from cachekit.planner import PlanError, Recall, add_marker, plan_breakpoints
+from cachekit.providers.cache_rules import cache_rules
+from cachekit.tokens import encoding
+
+MODEL = "claude-sonnet-4-5"
+RULES = cache_rules("anthropic", MODEL)
+SECONDS = {"5m": 300, "1h": 3600}
+POLICY = " ".join(
+    f"Rule {i}: answer from the booking system only, never guess clause {i}." for i in range(150)
+)
+TOOLS = [
+    {
+        "name": f"tool_{i}",
+        "description": f"Looks up record kind {i}.",
+        "input_schema": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+    }
+    for i in range(4)
+]
+
+
+# -- generated conversations -------------------------------------------------------------------
+
+
+def _text(draw: Any) -> str:
+    return draw(st.sampled_from(["Hello", "Find booking 7", "Done.", "Checking", "ok"]))
+
+
+@st.composite
+def _bodies(draw: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": MODEL, "max_tokens": 8}
+    if draw(st.booleans()):
+        body["tools"] = TOOLS[: draw(st.integers(1, 4))]
+    system = draw(st.sampled_from(["none", "string", "blocks"]))
+    if system == "string":
+        body["system"] = "You are terse."
+    elif system == "blocks":
+        body["system"] = [{"type": "text", "text": f"Part {i}."} for i in range(draw(st.integers(1, 3)))]
+    messages: list[dict[str, Any]] = []
+    for turn in range(draw(st.integers(1, 9))):
+        role = "user" if turn % 2 == 0 else "assistant"
+        if draw(st.booleans()):
+            content: Any = _text(draw)
+        elif role == "assistant":
+            content = []
+            if draw(st.booleans()):
+                content.append({"type": "thinking", "thinking": "hmm", "signature": "sig"})
+            content.append({"type": "text", "text": _text(draw)})
+            for k in range(draw(st.integers(0, 3))):
+                content.append(
+                    {"type": "tool_use", "id": f"t{turn}_{k}", "name": "tool_0", "input": {"id": "7"}}
+                )
+        else:
+            content = [{"type": "text", "text": _text(draw)}]
+            if draw(st.booleans()):
+                content.append({"type": "text", "text": "cited", "citations": [{"type": "char_location"}]})
+        messages.append({"role": role, "content": content})
+    if messages[-1]["role"] == "assistant":
+        messages.append({"role": "user", "content": "go on"})
+    body["messages"] = messages
+    # The caller's own markers: a valid set (at most 4 with the automatic one, 1h before 5m).
+    blocks = prompt_blocks("anthropic_messages", body)
+    eligible = [b for b in blocks if b.eligible]
+    automatic = draw(st.booleans())
+    chosen = draw(
+        st.lists(st.sampled_from(eligible), max_size=3 if automatic else 4, unique_by=lambda b: b.where)
+    )
+    chosen.sort(key=blocks.index)
+    long = draw(st.integers(0, len(chosen)))
+    for k, block in enumerate(chosen):
+        body = add_marker(body, block.where, "1h" if k < long else "5m")
+    if automatic:
+        last = prompt_blocks("anthropic_messages", body)
+        target = next(b for b in reversed(last) if b.eligible)
+        ttl = target.marker.get("ttl", "5m") if target.marker else "5m"
+        body["cache_control"] = {"type": "ephemeral", "ttl": ttl}
+    return body
+
+
+@st.composite
+def _cases(draw: Any) -> tuple[dict[str, Any], list[int], Recall]:
+    body = draw(_bodies())
+    n = len(prompt_blocks("anthropic_messages", body))
+    tokens = draw(st.lists(st.integers(0, 900), min_size=n, max_size=n))
+    write = draw(st.one_of(st.none(), st.integers(0, n - 1)))
+    long_gap = frozenset(draw(st.lists(st.integers(0, n - 1), max_size=3)))
+    return body, tokens, Recall(write, long_gap, draw(st.booleans()))
+
+
+def _markers(body: dict[str, Any]) -> list[tuple[int, str]]:
+    """(block index, ttl) of every marker, the automatic one at its target, in prefix order."""
+    blocks = prompt_blocks("anthropic_messages", body)
+    found = {i: b.marker.get("ttl", "5m") for i, b in enumerate(blocks) if b.marker is not None}
+    if body.get("cache_control") is not None:
+        target = max(i for i, b in enumerate(blocks) if b.eligible or b.cited)
+        found.setdefault(target, body["cache_control"].get("ttl", "5m"))
+    return sorted(found.items())
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_cases())
+def test_planning_keeps_every_rule(case: tuple[dict[str, Any], list[int], Recall]) -> None:
+    body, tokens, recall = case
+    before = orjson.dumps(body)
+    blocks = prompt_blocks("anthropic_messages", body)
+    plan = plan_breakpoints(body, blocks, tokens, rules=RULES, recall=recall)
+    planned = plan.body
+    after = prompt_blocks("anthropic_messages", planned)
+    assert orjson.dumps(body) == before  # the caller's body is never mutated
+    markers = _markers(planned)
+    assert len(markers) <= 4
+    assert all(after[i].eligible for i, _ in markers if after[i].marker is not None)
+    # The caller's markers are untouched: same blocks, same values.
+    for old, new in zip(blocks, after, strict=True):
+        if old.marker is not None:
+            assert new.marker == old.marker
+    # 1h markers come before 5m ones.
+    ttls = [SECONDS[ttl] for _, ttl in markers]
+    assert ttls == sorted(ttls, reverse=True)
+    # Nothing but cache_control changed: same blocks (identity excludes the marker), same other fields.
+    assert [b.content for b in after] == [b.content for b in blocks]
+    assert {k: v for k, v in planned.items() if k not in ("system", "messages", "tools")} == {
+        k: v for k, v in body.items() if k not in ("system", "messages", "tools")
+    }
+    # Markers go only where the prefix reaches the model's minimum.
+    prefix = list(itertools.accumulate(tokens))
+    assert all(prefix[p.block] >= RULES.min_cacheable_tokens for p in plan.placements)
+    # Idempotent: planning the planned request changes nothing.
+    again = plan_breakpoints(planned, after, tokens, rules=RULES, recall=recall)
+    assert again.body == planned
+    assert again.placements == ()
+    # The backend, which refuses what the API refuses, accepts it.
+    parsed = parse("messages", planned, ByteTokenizer())
+    AnthropicCache().account(
+        model=MODEL,
+        partition=b"t",
+        segments=parsed.segments,
+        automatic=parsed.automatic,
+        context=parsed.context,
+    )
+
+
+def _long_conversation(turns: int, *, system: str = POLICY) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Please check booking 7 for me."}]
+    for turn in range(turns):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": f"c{turn}", "name": "tool_0", "input": {"id": str(turn)}}
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": f"c{turn}",
+                        "content": f"record {turn}: " + "x " * 60,
+                    }
+                ],
+            }
+        )
+    return messages
+
+
+def test_five_caller_markers_are_an_error_naming_the_blocks() -> None:
+    body = {"model": MODEL, "max_tokens": 8, "system": POLICY, "messages": _long_conversation(3)}
+    for where in (
+        "messages.0.content",
+        "messages.1.content.0",
+        "messages.2.content.0",
+        "messages.3.content.0",
+    ):
+        body = add_marker(body, where)
+    body["cache_control"] = {"type": "ephemeral"}
+    blocks = prompt_blocks("anthropic_messages", body)
+    with pytest.raises(PlanError) as caught:
+        plan_breakpoints(body, blocks, [100] * len(blocks), rules=RULES)
+    message = str(caught.value)
+    assert "5 cache_control markers, at most 4" in message
+    assert "messages.1.content.0" in message
+    assert "(top level)" in message
+
+
+def test_a_marker_on_a_thinking_block_is_an_error_naming_it() -> None:
+    body = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "thinking",
+                        "thinking": "x",
+                        "signature": "s",
+                        "cache_control": {"type": "ephemeral"},
+                    },
+                    {"type": "text", "text": "yes"},
+                ],
+            },
+            {"role": "user", "content": "and?"},
+        ],
+    }
+    with pytest.raises(PlanError, match=r"messages\.1\.content\.0: a thinking block cannot carry"):
+        plan_breakpoints(body, prompt_blocks("anthropic_messages", body), [10] * 4, rules=RULES)
+
+
+def test_one_hour_after_five_minutes_is_an_error() -> None:
+    body = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "system": POLICY,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    body = add_marker(add_marker(body, "system", "5m"), "messages.0.content", "1h")
+    with pytest.raises(PlanError, match="1h"):
+        plan_breakpoints(body, prompt_blocks("anthropic_messages", body), [2000, 5], rules=RULES)
+
+
+# -- the pure planner, case by case --------------------------------------------------------------
+
+
+def _plan(body: dict[str, Any], tokens: list[int] | None = None, rules: Any = RULES, **recall: Any) -> Any:
+    blocks = prompt_blocks("anthropic_messages", body)
+    counts = tokens if tokens is not None else [200] * len(blocks)
+    return plan_breakpoints(body, blocks, counts, rules=rules, recall=Recall(**recall))
+
+
+def test_stable_boundaries_and_the_conversation_end_are_marked() -> None:
+    body = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "tools": TOOLS,
+        "system": POLICY,
+        "messages": _long_conversation(2),
+    }
+    plan = _plan(body, [300] * 4 + [2000] + [50] * 5)
+    got = {(p.where, p.reason, p.ttl) for p in plan.placements}
+    assert got == {
+        ("tools.3", "tools", "5m"),
+        ("system", "system", "5m"),
+        ("messages.4.content.0", "conversation", "5m"),
+    }
+    # The system string became one text block to carry its marker, with the same text.
+    assert plan.body["system"] == [{"type": "text", "text": POLICY, "cache_control": {"type": "ephemeral"}}]
+    assert plan.header().startswith("tools.3=5m/tools")
+
+
+def test_a_prefix_below_the_minimum_gets_no_marker() -> None:
+    body = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "system": "Be terse.",
+        "messages": [{"role": "user", "content": "Hi"}],
+    }
+    plan = _plan(body, [5, 2])
+    assert plan.placements == ()
+    assert plan.body == body
+    assert plan.header() == "none"
+    assert any("< 1024 minimum" in note for note in plan.notes)
+
+
+def test_the_lookback_gets_a_bridge_when_the_last_write_is_out_of_reach() -> None:
+    # 12 turns of one tool call each: tool_use and tool_result alternate, so each block is a position.
+    body = {"model": MODEL, "max_tokens": 8, "system": POLICY, "messages": _long_conversation(12)}
+    blocks = prompt_blocks("anthropic_messages", body)
+    tokens = [2000] + [40] * (len(blocks) - 1)
+    far = 2  # messages.1.content.0: 23 positions before the end
+    plan = plan_breakpoints(body, blocks, tokens, rules=RULES, recall=Recall(last_write=far))
+    bridge = [p for p in plan.placements if p.reason == "lookback"]
+    assert [(p.where, p.block) for p in bridge] == [(blocks[far].where, far)]
+    # Within reach (19 positions back), no bridge: the conversation-end marker reads it.
+    near = len(blocks) - 20
+    plan = plan_breakpoints(body, blocks, tokens, rules=RULES, recall=Recall(last_write=near))
+    assert not [p for p in plan.placements if p.reason == "lookback"]
+
+
+def test_a_run_of_tool_results_is_one_position_at_anthropic_but_not_at_bailian() -> None:
+    calls = [
+        {"type": "tool_use", "id": f"c{k}", "name": "tool_0", "input": {"id": str(k)}} for k in range(30)
+    ]
+    results = [{"type": "tool_result", "tool_use_id": f"c{k}", "content": "ok"} for k in range(30)]
+    body = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "system": POLICY,
+        "messages": [
+            {"role": "user", "content": "Check all thirty."},
+            {"role": "assistant", "content": calls},
+            {"role": "user", "content": results},
+        ],
+    }
+    tokens = [2000] + [10] * 61
+    anthropic = _plan(body, tokens, last_write=1)
+    assert not [p for p in anthropic.placements if p.reason == "lookback"]
+    bailian = _plan(body, tokens, cache_rules("bailian", "qwen-plus"), last_write=1)
+    assert [p.where for p in bailian.placements if p.reason == "lookback"] == ["messages.0.content"]
+
+
+def test_lifetimes_follow_observed_gaps_and_keep_the_order() -> None:
+    body = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "tools": TOOLS,
+        "system": POLICY,
+        "messages": _long_conversation(1),
+    }
+    tokens = [300] * 4 + [2000] + [50] * 3
+    slow = _plan(body, tokens, conversation_long_gap=True)
+    assert {p.ttl for p in slow.placements} == {"1h"}  # the conversation's 1h forces 1h before it
+    system_only = _plan(body, tokens, long_gap=frozenset({4}))
+    assert {(p.reason, p.ttl) for p in system_only.placements} == {
+        ("tools", "1h"),  # before a 1h marker
+        ("system", "1h"),
+        ("conversation", "5m"),
+    }
+    # A caller's 5m marker on the system prompt caps what comes after it at 5m.
+    capped = _plan(add_marker(body, "system", "5m"), tokens, conversation_long_gap=True)
+    assert {p.reason: p.ttl for p in capped.placements} == {"tools": "5m", "conversation": "5m"}
+
+
+def test_the_callers_markers_use_the_budget_first() -> None:
+    body = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "tools": TOOLS,
+        "system": POLICY,
+        "messages": _long_conversation(3),
+    }
+    for where in ("tools.1", "system", "messages.2.content.0"):
+        body = add_marker(body, where)
+    plan = _plan(body, [300] * 4 + [2000] + [50] * 7)
+    assert [p.reason for p in plan.placements] == ["conversation"]
+    assert len(_markers(plan.body)) == 4
+
+
+# -- against the local backend's billing, through the real SDKs ---------------------------------
+
+
+def _anthropic(clock: ManualClock, *, breakpoints: str = "auto") -> Any:
+    """A drop-in client to a fresh local backend that bills by Anthropic's rules on ``clock``."""
+    backend = LocalBackend(clock=clock)
+    config = cachekit.CacheConfig(
+        store="memory://",
+        enabled=False,
+        ledger=False,
+        breakpoints=breakpoints,
+        price_as="anthropic",  # type: ignore[arg-type]
+    )
+    return cachekit.Anthropic(
+        api_key="k",
+        base_url="http://local.test",
+        http_client=httpx2.Client(transport=LocalTransport(backend)),
+        cache=Cache(config, clock=clock),
+        max_retries=0,
+    )
+
+
+def _send(client: Any, messages: list[dict[str, Any]], **extra: Any) -> tuple[Any, str]:
+    raw = client.messages.with_raw_response.create(
+        model=MODEL, max_tokens=8, system=POLICY, tools=TOOLS, messages=messages, **extra
+    )
+    return raw.parse().usage, raw.headers.get("x-cachekit-breakpoints", "")
+
+
+def _total(usage: Any) -> int:
+    return int(usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens)
+
+
+def _last_marked(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The "last" policy: the caller marks the last block of the last message by hand."""
+    last = len(messages) - 1
+    blocks = [b for b in prompt_blocks("anthropic_messages", {"messages": messages}) if b.message == last]
+    return add_marker({"messages": messages}, blocks[-1].where)["messages"]  # type: ignore[no-any-return]
+
+
+def _thirty_results_turn(before: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One assistant turn of 30 parallel tool calls, answered by 30 results, each with a short note.
+
+    Anthropic counts a run of consecutive tool_result blocks as one position, so the notes are what
+    make this turn 60 positions long (as a screenshot after each result would)."""
+    calls = [
+        {"type": "tool_use", "id": f"p{k}", "name": "tool_0", "input": {"id": str(k)}} for k in range(30)
+    ]
+    results: list[dict[str, Any]] = []
+    for k in range(30):
+        results.append({"type": "tool_result", "tool_use_id": f"p{k}", "content": f"record {k}"})
+        results.append({"type": "text", "text": f"note {k}"})
+    return [*before, {"role": "assistant", "content": calls}, {"role": "user", "content": results}]
+
+
+def test_a_turn_of_thirty_tool_results_still_reads_the_earlier_prefix() -> None:
+    history = _long_conversation(3)
+    grown = _thirty_results_turn(history)
+    reads = {}
+    for policy in ("cachekit", "last"):
+        clock = ManualClock()
+        client = _anthropic(clock, breakpoints="auto" if policy == "cachekit" else "off")
+        shape = (lambda m: m) if policy == "cachekit" else _last_marked
+        first, _ = _send(client, shape(history))
+        clock.advance(5)
+        second, header = _send(client, shape(grown))
+        reads[policy] = (second.cache_read_input_tokens, _total(first), header)
+    cachekit_read, earlier, header = reads["cachekit"]
+    assert cachekit_read == earlier  # the whole earlier prompt, read through the bridge
+    assert "/lookback" in header
+    last_read, _, _ = reads["last"]
+    assert last_read == 0  # the last-message marker cannot see 60 positions back
+
+
+def test_thirty_tool_messages_at_bailian_still_read_the_earlier_prefix() -> None:
+    # Bailian's explicit cache on the Chat API: every tool message is its own position.
+    clock = ManualClock()
+    backend = LocalBackend(accept_any_model=True, clock=clock, rules="anthropic")  # Bailian on Chat
+    config = cachekit.CacheConfig(store="memory://", enabled=False, ledger=False, price_as="bailian")
+    client = cachekit.OpenAI(
+        api_key="k",
+        base_url="http://local.test/v1",
+        http_client=httpx2.Client(transport=LocalTransport(backend)),
+        cache=Cache(config, clock=clock),
+        max_retries=0,
+    )
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": POLICY},
+        {"role": "user", "content": "Check all."},
+    ]
+    first = client.chat.completions.create(model="qwen-plus", messages=messages)
+    calls = [
+        {"id": f"p{k}", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+        for k in range(30)
+    ]
+    messages += [{"role": "assistant", "content": None, "tool_calls": calls}]
+    messages += [{"role": "tool", "tool_call_id": f"p{k}", "content": f"record {k}"} for k in range(30)]
+    clock.advance(5)
+    raw = client.chat.completions.with_raw_response.create(model="qwen-plus", messages=messages)
+    second = raw.parse()
+    assert second.usage.prompt_tokens_details.cached_tokens == first.usage.prompt_tokens
+    assert "/lookback" in raw.headers["x-cachekit-breakpoints"]
+
+
+def test_a_prompt_below_the_model_minimum_is_sent_without_markers() -> None:
+    client = _anthropic(ManualClock())
+    raw = client.messages.with_raw_response.create(
+        model=MODEL, max_tokens=8, system="Be terse.", messages=[{"role": "user", "content": "Hi"}]
+    )
+    assert raw.headers["x-cachekit-breakpoints"] == "none"
+    assert raw.parse().usage.cache_creation_input_tokens == 0
+
+
+def test_an_agent_loop_of_fifty_turns_reads_nine_tenths_from_cache() -> None:
+    clock = ManualClock()
+    client = _anthropic(clock)
+    messages = _long_conversation(0)
+    read = total = 0
+    for turn in range(50):
+        usage, _ = _send(client, messages)
+        read += usage.cache_read_input_tokens
+        total += _total(usage)
+        messages = messages + _long_conversation(1)[1:]  # one more tool call and its result
+        messages[-2]["content"][0]["id"] = messages[-1]["content"][0]["tool_use_id"] = f"turn{turn}"
+        clock.advance(5)
+    assert read / total >= 0.90
+
+
+def test_a_prefix_that_comes_back_after_six_minutes_gets_a_one_hour_marker() -> None:
+    clock = ManualClock()
+    client = _anthropic(clock)
+    messages = _long_conversation(1)
+    _send(client, messages)
+    clock.advance(360)  # the 5-minute entries expired
+    usage, header = _send(client, messages + _long_conversation(2)[3:])
+    assert usage.cache_read_input_tokens == 0
+    assert "=1h/" in header
+    clock.advance(360)  # ... but the 1-hour ones written now did not
+    usage, _ = _send(client, messages + _long_conversation(3)[3:])
+    assert usage.cache_read_input_tokens > 0
+    assert usage.cache_creation.ephemeral_1h_input_tokens > 0
+
+
+def test_breakpoints_can_be_turned_off_per_request_and_are_absent_on_hits() -> None:
+    config = cachekit.CacheConfig(store="memory://", ledger=False, price_as="anthropic")
+    client = cachekit.Anthropic(
+        api_key="k",
+        base_url="http://local.test",
+        http_client=httpx2.Client(transport=LocalTransport(LocalBackend())),
+        cache=config,
+        max_retries=0,
+    )
+    messages = [{"role": "user", "content": "Which bookings are open?"}]
+    usage, header = _send(client, messages)
+    assert "/conversation" in header
+    assert usage.cache_creation_input_tokens == _total(usage)
+    hit = client.messages.with_raw_response.create(
+        model=MODEL, max_tokens=8, system=POLICY, tools=TOOLS, messages=messages
+    )
+    assert hit.headers["x-cachekit-cache"] == "hit"
+    assert "x-cachekit-breakpoints" not in hit.headers
+    off = client.messages.with_raw_response.create(
+        model=MODEL,
+        max_tokens=8,
+        system=POLICY,
+        tools=TOOLS,
+        messages=[{"role": "user", "content": "Another question?"}],
+        extra_headers={"x-cachekit-breakpoints": "off"},
+    )
+    assert "x-cachekit-breakpoints" not in off.headers
+    assert off.parse().usage.cache_creation_input_tokens == 0
+
+
+class _CharTokenizer:
+    """One token per character: a provider whose tokenizer is far from o200k."""
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(char) for char in text]
+
+    def decode(self, tokens: list[int]) -> str:
+        return "".join(map(chr, tokens))
+
+
+def test_token_estimates_calibrate_to_what_the_provider_reports() -> None:
+    # The backend counts characters; cachekit estimates with o200k. After one call the planner's ratio
+    # is the backend's count over the o200k count of the same blocks, computed here directly.
+    backend = LocalBackend(ScriptedEngine(_CharTokenizer()))
+    config = cachekit.CacheConfig(store="memory://", enabled=False, ledger=False, price_as="anthropic")
+    cache = Cache(config)
+    client = cachekit.Anthropic(
+        api_key="k",
+        base_url="http://local.test",
+        http_client=httpx2.Client(transport=LocalTransport(backend)),
+        cache=cache,
+        max_retries=0,
+    )
+    messages = [{"role": "user", "content": "How many seats are left on flight 7?"}]
+    usage, _ = _send(client, messages)
+    body = {"system": POLICY, "tools": TOOLS, "messages": messages}
+    o200k = encoding("o200k_base")
+    estimate = sum(o200k.count(b.text) for b in prompt_blocks("anthropic_messages", body))
+    ratio = cache.pipeline.planner.estimator.ratio(MODEL)
+    assert ratio == pytest.approx(_total(usage) / estimate)
+    assert ratio > 3  # characters per o200k token in English prose
+    assert cache.pipeline.planner.estimator.ratio("claude-opus-4-8") == 1.0  # kept per model
+
+
+def test_openai_gets_a_prompt_cache_key_and_third_parties_do_not() -> None:
+    seen: list[dict[str, Any]] = []
+    backend = LocalTransport(LocalBackend(accept_any_model=True))
+
+    class Recording(httpx2.BaseTransport):
+        def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+            seen.append(orjson.loads(request.read()))
+            return backend.handle_request(request)
+
+    def client(base_url: str) -> Any:
+        return cachekit.OpenAI(
+            api_key="k",
+            base_url=base_url,
+            http_client=httpx2.Client(transport=Recording()),
+            cache=cachekit.CacheConfig(store="memory://", enabled=False, ledger=False),
+            max_retries=0,
+        )
+
+    system = {"role": "system", "content": POLICY}
+    for question in ("One?", "Two?"):
+        client("https://api.openai.com/v1").chat.completions.create(
+            model="gpt-4.1-mini", messages=[system, {"role": "user", "content": question}]
+        )
+    client("https://api.openai.com/v1").chat.completions.create(
+        model="gpt-4.1-mini",
+        messages=[system, {"role": "user", "content": "Three?"}],
+        prompt_cache_key="mine",
+    )
+    client("https://api.deepseek.com/v1").chat.completions.create(
+        model="deepseek-chat", messages=[system, {"role": "user", "content": "Four?"}]
+    )
+    keys = [body.get("prompt_cache_key") for body in seen]
+    assert keys[0] is not None
+    assert keys[0].startswith("ck-")
+    assert keys[1] == keys[0]  # same stable prefix, same key
+    assert keys[2] == "mine"  # the caller's own key is kept
+    assert keys[3] is None  # never sent to an OpenAI-compatible third party
+
+
+def test_stable_first_moves_a_volatile_system_block_after_the_stable_ones() -> None:
+    def system(now: str) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": f"Current time: {now}."}, {"type": "text", "text": POLICY}]
+
+    reads = {}
+    for option in (False, True):
+        clock = ManualClock()
+        config = cachekit.CacheConfig(
+            store="memory://", enabled=False, ledger=False, price_as="anthropic", stable_first=option
+        )
+        client = cachekit.Anthropic(
+            api_key="k",
+            base_url="http://local.test",
+            http_client=httpx2.Client(transport=LocalTransport(LocalBackend(clock=clock))),
+            cache=Cache(config, clock=clock),
+            max_retries=0,
+        )
+        for now in ("2026-12-03 10:00:00", "2026-12-03 10:00:05"):
+            usage = client.messages.create(
+                model=MODEL, max_tokens=8, system=system(now), messages=[{"role": "user", "content": "Hi"}]
+            ).usage
+            clock.advance(5)
+        reads[option] = usage.cache_read_input_tokens
+    assert reads[False] == 0  # the timestamp comes first: nothing after it can be reused
+    assert reads[True] == encoding("o200k_base").count(POLICY)  # the policy moved first and was read
+
+
+def test_stable_first_leaves_marked_or_unmovable_systems_alone() -> None:
+    from cachekit.planner import stable_first
+
+    marked = {
+        "system": [
+            {"type": "text", "text": "t", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "p"},
+        ]
+    }
+    assert stable_first("anthropic_messages", marked, {"system.0"}) is marked
+    chat = {
+        "messages": [
+            {"role": "system", "content": "Now: 10:00"},
+            {"role": "developer", "content": "Policy"},
+            {"role": "user", "content": "Hi"},
+        ]
+    }
+    moved = stable_first("openai_chat", chat, {"messages.0.content"})
+    assert [m["content"] for m in moved["messages"]] == ["Policy", "Now: 10:00", "Hi"]
+    assert stable_first("openai_responses", {"instructions": "x"}, {"instructions"}) == {"instructions": "x"}
+
+
+@pytest.mark.anyio
+async def test_async_clients_plan_the_same_way() -> None:
+    clock = ManualClock()
+    backend = LocalBackend(clock=clock)
+    config = cachekit.CacheConfig(store="memory://", enabled=False, ledger=False, price_as="anthropic")
+    client = cachekit.AsyncAnthropic(
+        api_key="k",
+        base_url="http://local.test",
+        http_client=httpx2.AsyncClient(transport=LocalTransport(backend)),
+        cache=Cache(config, clock=clock),
+        max_retries=0,
+    )
+    messages = _long_conversation(2)
+    first = await client.messages.with_raw_response.create(
+        model=MODEL, max_tokens=8, system=POLICY, tools=TOOLS, messages=messages
+    )
+    clock.advance(5)
+    second = await client.messages.create(
+        model=MODEL, max_tokens=8, system=POLICY, tools=TOOLS, messages=messages + _long_conversation(3)[5:]
+    )
+    assert "/conversation" in first.headers["x-cachekit-breakpoints"]
+    assert second.usage.cache_read_input_tokens == _total((await first.parse()).usage)
