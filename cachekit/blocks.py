@@ -42,12 +42,38 @@ __all__ = [
     "text_of",
 ]
 
+#: The prompt section a block belongs to, in prefix order.
 Section = Literal["tools", "system", "messages"]
 
 _TEXT_TYPES = ("text", "input_text", "output_text")
-# "Thinking blocks cannot be explicitly marked with cache_control" (prompt-caching docs); sub-content
-# such as citations cannot be either, so cachekit leaves a cited text block alone.
-_NEVER_MARKED = ("thinking", "redacted_thinking")
+# The Messages API's content blocks that take a cache_control field (the anthropic SDK's block
+# params, stable and beta, as of 2026-12). An allow-list: a block type cachekit does not know (a new
+# beta block) is never marked. Thinking blocks "cannot be explicitly marked with cache_control".
+_MARKABLE_TYPES = frozenset(
+    {
+        "text",
+        "image",
+        "document",
+        "search_result",
+        "tool_use",
+        "tool_result",
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "tool_reference",
+        "container_upload",
+        "mcp_tool_use",
+        "mcp_tool_result",
+    }
+)
+# Media whose tokens are not their bytes: an image costs about (width x height) / 750 tokens, at most
+# ~1,600 for the sizes the API keeps; a PDF page text plus an image per page. Their base64 data is
+# never tokenized (a 4 MB image would take a second of tiktoken and count millions of tokens).
+_MEDIA_TOKENS = {"image": 1_600, "document": 3_000}
 # Anthropic: "a run of consecutive tool_use blocks counts as one position, and so does a run of
 # consecutive tool_result blocks" (prompt-caching docs, "How automatic prefix checking works").
 _TOOL_RUN_TYPES = frozenset({"tool_use", "tool_result"})
@@ -74,6 +100,10 @@ class Block:
         shorthand: a string standing in for one text block (it must become a block to carry a marker).
         cited: a text block with citations: cachekit never marks it, but the API's automatic caching
             may still take it as the last block.
+        nested: ``cache_control`` values inside the block's own content (a ``tool_result`` whose
+            content blocks carry markers): they count against the provider's limit too.
+        media_tokens: an estimate of the tokens of base64 image or document data, which ``text``
+            leaves out (0 for everything else).
     """
 
     section: Section
@@ -86,6 +116,8 @@ class Block:
     message: int | None = None
     shorthand: bool = False
     cited: bool = False
+    nested: tuple[Any, ...] = ()
+    media_tokens: int = 0
 
 
 def _canonical(value: Any) -> bytes:
@@ -126,11 +158,37 @@ def _without_marker(block: dict[str, Any]) -> dict[str, Any]:
 
 def _markable(block: dict[str, Any]) -> bool:
     kind = block.get("type")
-    if kind in _NEVER_MARKED:
+    if kind not in _MARKABLE_TYPES:
         return False
-    if kind in _TEXT_TYPES and not block.get("text"):
-        return False  # "cache_control cannot be set for empty text blocks"
-    return not block.get("citations")
+    if kind == "text":
+        # "cache_control cannot be set for empty text blocks"; a model-written text block with a list of
+        # citations is left alone too (on a document, "citations" is a setting and does not matter).
+        return bool(block.get("text")) and not isinstance(block.get("citations"), list)
+    return True
+
+
+def _nested_markers(block: dict[str, Any]) -> tuple[Any, ...]:
+    content = block.get("content")
+    if not isinstance(content, list):
+        return ()
+    return tuple(
+        part["cache_control"]
+        for part in content
+        if isinstance(part, dict) and part.get("cache_control") is not None
+    )
+
+
+def _media(block: dict[str, Any]) -> tuple[str, int] | None:
+    """(text, estimated tokens) for an image or document whose data is inline base64, else ``None``."""
+    kind = block.get("type")
+    source = block.get("source")
+    if kind not in _MEDIA_TOKENS or not isinstance(source, dict) or source.get("type") != "base64":
+        return None
+    data = source.get("data")
+    size = len(data) if isinstance(data, str) else 0
+    # Documents scale with their size (about one page per 50 KB of base64); images do not.
+    tokens = _MEDIA_TOKENS[kind] if kind == "image" else max(_MEDIA_TOKENS[kind], size // 50_000 * 3_000)
+    return str(source.get("media_type") or kind), tokens
 
 
 class _Walk:
@@ -150,10 +208,25 @@ class _Walk:
         message: int | None = None,
         shorthand: bool = False,
         cited: bool = False,
+        nested: tuple[Any, ...] = (),
+        media_tokens: int = 0,
     ) -> None:
         content = _canonical([section, identity])
         self.blocks.append(
-            Block(section, where, kind, text, content, marker, eligible, message, shorthand, cited)
+            Block(
+                section,
+                where,
+                kind,
+                text,
+                content,
+                marker,
+                eligible,
+                message,
+                shorthand,
+                cited,
+                nested,
+                media_tokens,
+            )
         )
 
     def tools(self, tools: Any, *, markable: bool) -> None:
@@ -170,7 +243,8 @@ class _Walk:
                 _canonical(plain).decode(),
                 plain,
                 tool.get("cache_control"),
-                eligible=markable,
+                # "Tool 'x' cannot have both defer_loading=true and cache_control set" (the API's 400).
+                eligible=markable and not tool.get("defer_loading"),
             )
 
     def content(
@@ -195,16 +269,19 @@ class _Walk:
                 continue
             kind = part.get("type")
             identity = {**_without_marker(part), "role": role} if role else _without_marker(part)
+            media = _media(part)
             self.add(
                 section,
                 f"{where}.{c}",
                 kind if isinstance(kind, str) else "",
-                block_text(part),
+                block_text(part) if media is None else media[0],
                 identity,
                 part.get("cache_control"),
                 eligible=markable and _markable(part),
                 message=m,
-                cited=bool(part.get("citations")),
+                cited=kind == "text" and isinstance(part.get("citations"), list),
+                nested=_nested_markers(part),
+                media_tokens=0 if media is None else media[1],
             )
 
 

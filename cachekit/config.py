@@ -101,15 +101,18 @@ class CacheConfig:
             gateway, a proxy, or the local backend standing in for a provider), e.g. ``"anthropic"``.
             Unset, such calls are recorded with their token counts but no cost. Keys are unaffected:
             an unknown host's entries never mix with a known provider's. Its caching rules also plan
-            such calls' breakpoints (unset: Anthropic's rules for the Messages API, none otherwise).
+            such calls' breakpoints (unset: none are planned; ``"openai"`` never sets OpenAI's
+            ``prompt_cache_key`` on another host).
         breakpoints: ``auto`` (default): place ``cache_control`` breakpoints on requests to providers
             with explicit prompt caching (Anthropic, Bailian) and set ``prompt_cache_key`` on OpenAI
             requests that have none (see :mod:`cachekit.planner`); ``off``: send prompts as written.
             The header ``x-cachekit-breakpoints: off|auto`` overrides it per request.
         lint: report volatile content in the cached prefix (timestamps, ids, reordered tools, a
             changed ``tool_choice``...) before each upstream call: ``warn`` (default: logged once per
-            conversation and finding), ``raise`` (the call fails with
-            :class:`~cachekit.lint.PrefixLintError` before it is sent) or ``off``.
+            conversation and finding), ``raise`` (the request is not sent: it is answered with a 400
+            ``invalid_request_error`` naming the findings, which the SDKs raise as their
+            ``BadRequestError`` without retrying) or ``off``. The header ``x-cachekit-conversation``
+            names the conversation a request belongs to.
         on_lint: called with each :class:`~cachekit.lint.Finding` (for metrics, or a test that must
             keep prompts stable).
         volatile_patterns: extra regular expressions whose matches in tools or system prompts lint

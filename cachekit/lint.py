@@ -463,7 +463,7 @@ class _Snapshot:
     tools: tuple[tuple[bytes, bytes], ...]  # (name, definition) per tool
     system: tuple[bytes, ...]
     settings: tuple[bytes | None, ...]
-    messages: tuple[bytes, ...]
+    messages: bytes  # 8-byte digests, one per messages block, concatenated
 
 
 @dataclass(slots=True)
@@ -502,8 +502,24 @@ class _Call:
             tools=tuple(zip(names, contents(self.tools), strict=True)),
             system=contents(self.system),
             settings=tuple(_value_digest(_field(self.body, path)) for path, _ in _SETTINGS[self.family]),
-            messages=contents(self.messages),
+            # One bytes object of 8-byte digests (not one object per block: long conversations are
+            # kept by the thousand). A trailing assistant prefill is left out: the next call replaces
+            # it with the whole answer, which is not a rewrite of history.
+            messages=b"".join(_digest(block.content) for _, block in self.messages[: self._kept()]),
         )
+
+    def _kept(self) -> int:
+        """How many messages blocks count as history: all but a trailing assistant prefill's."""
+        messages = self.body.get("messages")
+        if not (isinstance(messages, list) and len(messages) > 1 and isinstance(messages[-1], dict)):
+            return len(self.messages)
+        if messages[-1].get("role") != "assistant":
+            return len(self.messages)
+        last = len(messages) - 1
+        kept = len(self.messages)
+        while kept and self.messages[kept - 1][1].message == last:
+            kept -= 1
+        return kept
 
 
 def _first_difference(old: Sequence[object], new: Sequence[object]) -> int | None:
@@ -573,11 +589,15 @@ def _setting_findings(old: _Snapshot, new: _Snapshot, call: _Call) -> list[Findi
     return found
 
 
+def _chunks(digests: bytes) -> list[bytes]:
+    return [digests[i : i + 8] for i in range(0, len(digests), 8)]
+
+
 def _message_findings(old: _Snapshot, new: _Snapshot, call: _Call) -> list[Finding]:
-    i = _first_difference(old.messages, new.messages)
-    # Appending extends the previous call; re-sending a shorter prefix (a retry from an earlier turn)
-    # sends nothing that was not sent before. Both keep the cache.
-    if i is None or i == min(len(old.messages), len(new.messages)):
+    if new.messages.startswith(old.messages) or old.messages.startswith(new.messages):
+        return []  # the fast path of every growing conversation
+    i = _first_difference(_chunks(old.messages), _chunks(new.messages))
+    if i is None:  # not reached: one of the two would extend the other
         return []
     where, block = _at(call.messages, i, "messages")
     return [
@@ -607,16 +627,21 @@ def _conversation_key(partition: bytes, dialect: str, call: _Call, explicit: byt
         given = explicit.encode("utf-8", "surrogatepass") if isinstance(explicit, str) else explicit
         return _digest(b"explicit", partition, given)
     first = call.messages[0][1].content if call.messages else b""
-    return _digest(b"derived", partition, dialect.encode(), first)
+    # The system prompt is part of the identity: two assistants (personas) whose users both open
+    # with "Hi" are two conversations. A changed system prompt is found by the static scan (what
+    # makes it change) or, across calls, with an explicit ``conversation``.
+    system = b"".join(_digest(block.content) for _, block in call.system)
+    return _digest(b"derived", partition, dialect.encode(), system, first)
 
 
 class PrefixLinter:
     """Prefix lint across the calls of each conversation: :func:`lint_request`'s findings plus what
     changed since the conversation's previous call.
 
-    A conversation is identified by ``(partition, dialect, its first message block)``, deliberately
-    not by model, tools or system, so that changes to those show. Two conversations that open with
-    the same message are one to the linter; pass ``conversation=`` to :meth:`check` to tell them apart.
+    A conversation is identified by ``(partition, dialect, its system prompt, its first message
+    block)``, deliberately not by model or tools, so that changes to those show. Pass
+    ``conversation=`` to :meth:`check` (the pipeline: the ``x-cachekit-conversation`` header) to name
+    conversations yourself; then a changed system prompt shows as ``system_changed`` too.
 
     Per conversation it keeps digests only (8-byte BLAKE2b of each tool's name and definition, each
     system block, each message block, the model and the settings), never prompt text, so a changed

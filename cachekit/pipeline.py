@@ -30,6 +30,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -202,6 +203,8 @@ class PipelineStats:
     planned: int = 0
     #: Requests whose volatile system blocks were moved after the stable ones (``stable_first``).
     reordered: int = 0
+    #: Requests refused before they were sent because lint found volatile content (``lint="raise"``).
+    lint_refusals: int = 0
     #: Requests whose breakpoints could not be planned (the caller's markers break the provider's rules).
     plan_errors: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -226,6 +229,8 @@ class _Control:
     semantic_threshold: float | None = None
     #: Plan cache breakpoints (and OpenAI's prompt_cache_key) for this request.
     breakpoints: bool = True
+    #: ``x-cachekit-conversation``: the conversation lint compares this request with.
+    conversation: str | None = None
 
 
 def _json_content(request: Request, headers: dict[str, str]) -> bytes | None:
@@ -365,6 +370,7 @@ def _read_control(headers: dict[str, str], config: CacheConfig, context: CallPol
         semantic,
         threshold,
         breakpoints,
+        headers.get(CONTROL_PREFIX + "-conversation") or None,
     )
 
 
@@ -513,6 +519,7 @@ class Pipeline:
         self._credential_headers = CREDENTIAL_HEADERS + tuple(h.lower() for h in config.credential_headers)
         self._seen: dict[bytes, _Seen] = {}
         self._seen_lock = threading.Lock()
+        self._plan_salt = os.urandom(16)
         #: Places cache breakpoints on requests going upstream, and learns token ratios from usage.
         self.planner = Planner()
         self._linter = (
@@ -842,11 +849,20 @@ class Pipeline:
             message = "cachekit: this request cannot be answered from the cache (x-cachekit: only-if-cached)"
             return self._synthetic(request, route.dialect, 504, "api_error", message)
         self.stats.add("bypasses")
-        request, applied = self._shape(request, route, control, "", upstream)
+        try:
+            request, applied = self._shape(
+                request, route, control, self._plan_partition(request, control), upstream
+            )
+        except PrefixLintError as exc:
+            return self._refused(request, route.dialect, exc)
         response = yield Send(request)
         tagged = self._tag(response, "bypass", None, applied)
         if not 200 <= response.status_code < 300:
             return tagged
+        if applied is not None:
+            self.planner.commit(applied)
+        if self._ledger is None and (applied is None or not applied.estimate):
+            return tagged  # nothing to record or learn: the answer passes untouched
         call = _Call("", route, _Form(False, False), control, "")
         content_type = response.headers.get("content-type")
         if _is_event_stream(content_type):
@@ -948,12 +964,17 @@ class Pipeline:
         handed_off = False
         try:
             self.stats.add("misses")
-            request, applied = self._shape(request, route, call.control, call.partition, upstream)
+            try:
+                request, applied = self._shape(request, route, call.control, call.partition, upstream)
+            except PrefixLintError as exc:
+                return self._refused(request, route.dialect, exc)
             response = yield Send(request)
             content_type = response.headers.get("content-type")
             if not 200 <= response.status_code < 300:
                 # Errors (429, 5xx, 4xx) are never stored; the SDK sees them untouched and retries.
                 return self._tag(response, "miss", key, applied)
+            if applied is not None:
+                self.planner.commit(applied)
             if call.form.streaming and _is_event_stream(content_type):
                 # The caller reads the stream as it arrives; the recorder keeps a copy and the entry is
                 # stored only if the stream reaches its terminator with no error event.
@@ -1073,12 +1094,29 @@ class Pipeline:
             logger.warning("cost ledger failed to record a call: %s: %s", type(exc).__name__, exc)
 
     def _rules_provider(self, route: Route) -> str | None:
-        """Whose caching rules apply: the known provider, else ``price_as``, else Anthropic's for its API."""
+        """Whose caching rules plan this request: the known provider's; for a host cachekit does not
+        know (a gateway, a compatible server), the ``price_as`` provider's, since only the caller knows
+        what is behind it — except OpenAI's ``prompt_cache_key``, which goes to OpenAI alone."""
         if route.provider in _KNOWN_PROVIDERS:
             return route.provider
-        if self.config.price_as is not None:
-            return self.config.price_as.strip().lower()
-        return "anthropic" if route.dialect in _ANTHROPIC_DIALECTS else None
+        named = self.config.price_as.strip().lower() if self.config.price_as is not None else None
+        return None if named == "openai" else named
+
+    def _plan_partition(self, request: Request, control: _Control) -> str:
+        """The planner's and lint's partition for a call without a cache key (bypassed, cache off, store
+        down): the tenant, else a salted digest of the credentials, so tenants never share their state."""
+        if control.tenant:
+            return "t:" + control.tenant
+        hasher = hashlib.blake2b(self._plan_salt, digest_size=16)
+        for name in self._credential_headers:
+            hasher.update(name.encode() + b"\0" + request.headers.get(name, "").encode() + b"\0")
+        return "c:" + hasher.hexdigest()
+
+    def _refused(self, request: Request, dialect: Dialect, exc: PrefixLintError) -> Response:
+        """``lint="raise"``: the call is answered here with a 400 that names the findings (the SDKs
+        raise their BadRequestError, and do not retry); nothing goes upstream."""
+        self.stats.add("lint_refusals")
+        return self._synthetic(request, dialect, 400, "invalid_request_error", f"cachekit: {exc}")
 
     def _shape(
         self,
@@ -1105,13 +1143,19 @@ class Pipeline:
             return request, None
         if self._linter is not None:
             try:
-                self._linter.check(route.dialect, body, partition=partition.encode(), blocks=blocks)
+                self._linter.check(
+                    route.dialect,
+                    body,
+                    partition=partition.encode(),
+                    conversation=control.conversation,
+                    blocks=blocks,
+                )
             except PrefixLintError:
                 raise
             except Exception as exc:
                 logger.warning("cachekit lint failed: %s: %s", type(exc).__name__, exc)
         provider = self._rules_provider(route) if control.breakpoints else None
-        if provider is None and not self.config.stable_first:
+        if provider is None:
             return request, None
         try:
             volatile: set[str] = set()
@@ -1125,8 +1169,6 @@ class Pipeline:
                     # The moved blocks' paths changed: find them again in the new order.
                     volatile = {f.where for f in lint_request(route.dialect, body, patterns=patterns)}
                     request = rebuild_request(request, canonical.dumps(body))
-            if provider is None:
-                return request, None
             applied = self.planner.apply(
                 provider,
                 route.dialect,
@@ -1134,6 +1176,7 @@ class Pipeline:
                 partition=partition.encode(),
                 now=self._clock(),
                 volatile=volatile,
+                blocks=blocks,
             )
             if not applied.changed:
                 return request, applied

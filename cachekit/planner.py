@@ -136,12 +136,35 @@ def _ttl_of(control: Any, where: str, rules: CacheRules) -> Ttl:
     return _SHORT if ttl == _SHORT else _LONG
 
 
-def _census(
-    body: dict[str, Any], blocks: Sequence[Block], rules: CacheRules
-) -> tuple[dict[int, Ttl], int | None, Ttl | None]:
-    """The caller's markers by block, the automatic marker's target block and lifetime; checks the limit."""
+@dataclass(frozen=True, slots=True)
+class _Census:
+    """The caller's markers: on blocks (by index), nested in a block's content, and the automatic one."""
+
+    marked: dict[int, Ttl]
+    nested: tuple[tuple[int, Ttl], ...]
+    target: int | None
+    automatic: Ttl | None
+
+    def taken(self) -> dict[int, Ttl]:
+        """Blocks that carry a marker: the caller's and the automatic one's target."""
+        if self.automatic is not None and self.target is not None:
+            return {**self.marked, self.target: self.automatic}
+        return dict(self.marked)
+
+    def fixed(self) -> list[tuple[tuple[int, int], Ttl]]:
+        """Every marker in prefix order, keyed (block, 0) when nested in the block, (block, 1) on it."""
+        keyed = [((index, 0), ttl) for index, ttl in self.nested]
+        keyed += [((index, 1), ttl) for index, ttl in self.taken().items()]
+        return sorted(keyed)
+
+
+def _census(body: dict[str, Any], blocks: Sequence[Block], rules: CacheRules) -> _Census:
+    """The caller's markers, checked as the API checks them: eligibility, lifetimes, the limit, order."""
     marked: dict[int, Ttl] = {}
+    nested: list[tuple[int, Ttl]] = []
     for index, block in enumerate(blocks):
+        for k, control in enumerate(block.nested):
+            nested.append((index, _ttl_of(control, f"{block.where}.content.{k}", rules)))
         if block.marker is None:
             continue
         if not block.eligible:
@@ -162,25 +185,41 @@ def _census(
                 f"{blocks[target].where}: its cache_control conflicts with the top-level one "
                 f"({marked[target]} vs {automatic})"
             )
-    count = len(marked) + (1 if automatic is not None and (target is None or target not in marked) else 0)
+    census = _Census(marked, tuple(nested), target, automatic)
+    count = len(census.taken()) + len(nested) + (1 if automatic is not None and target is None else 0)
     limit = rules.max_breakpoints or 0
     if count > limit:
-        where = [blocks[i].where for i in sorted(marked)] + (["(top level)"] if automatic is not None else [])
+        where = [f"{blocks[i].where}.content" for i, _ in nested] + [blocks[i].where for i in sorted(marked)]
+        where += ["(top level)"] if automatic is not None else []
         raise PlanError(f"{count} cache_control markers, at most {limit} allowed: {', '.join(where)}")
-    ordered = sorted(marked.items())
-    if automatic is not None and target is not None:
-        ordered = sorted({**marked, target: automatic}.items())
     shortest = float("inf")
-    for index, ttl in ordered:
+    for (index, _), ttl in census.fixed():
         seconds = rules.ttl(ttl)
         if seconds > shortest:
             raise PlanError(f"{blocks[index].where}: a ttl='1h' marker must not come after a ttl='5m' one")
         shortest = min(shortest, seconds)
-    return marked, target, automatic
+    return census
 
 
 def _last_eligible(blocks: Sequence[Block], start: int, stop: int = -1) -> int | None:
     return next((i for i in range(start, stop, -1) if blocks[i].eligible), None)
+
+
+def _conversation_end(body: dict[str, Any], blocks: Sequence[Block]) -> int | None:
+    """The last block that may carry a marker, before an assistant prefill if the request ends with one:
+    the next request replaces a prefill with the whole answer, so a marker on it would never be read."""
+    end = len(blocks) - 1
+    messages = body.get("messages")
+    if (
+        isinstance(messages, list)
+        and len(messages) > 1
+        and isinstance(messages[-1], dict)
+        and messages[-1].get("role") == "assistant"
+    ):
+        last = len(messages) - 1
+        while end >= 0 and blocks[end].message == last and blocks[end].section == "messages":
+            end -= 1
+    return _last_eligible(blocks, end)
 
 
 def _section_end(blocks: Sequence[Block], section: str) -> int | None:
@@ -242,21 +281,25 @@ def add_marker(body: dict[str, Any], where: str, ttl: Ttl = "5m") -> dict[str, A
     return result
 
 
-def _lifetimes(wanted: dict[int, Ttl], fixed: dict[int, Ttl], rules: CacheRules) -> dict[int, Ttl]:
-    """Lifetimes for the added markers that keep 1h before 5m around the caller's fixed markers."""
+def _lifetimes(
+    wanted: dict[int, Ttl], fixed: list[tuple[tuple[int, int], Ttl]], rules: CacheRules
+) -> dict[int, Ttl]:
+    """Lifetimes for the added markers (on blocks) that keep 1h before 5m around the caller's markers."""
     if _LONG not in rules.ttl_seconds:
         return dict.fromkeys(wanted, _SHORT)
     chosen = dict(wanted)
     for index in chosen:
-        # Never longer than a caller's marker before it.
-        if any(ttl == _SHORT for at, ttl in fixed.items() if at < index):
+        # Never longer than a caller's marker before it (one nested in this very block is before it).
+        if any(ttl == _SHORT for at, ttl in fixed if at < (index, 1)):
             chosen[index] = _SHORT
     # Never shorter than any marker after it.
+    every = sorted([*fixed, *(((index, 1), ttl) for index, ttl in chosen.items())], reverse=True)
     longest_after = False
-    for index in sorted({**fixed, **chosen}, reverse=True):
-        if index in chosen and longest_after:
+    for (index, order), ttl in every:
+        planned = order == 1 and index in chosen
+        if planned and longest_after:
             chosen[index] = _LONG
-        longest_after = longest_after or (fixed.get(index) or chosen.get(index)) == _LONG
+        longest_after = longest_after or (chosen[index] if planned else ttl) == _LONG
     return chosen
 
 
@@ -279,11 +322,13 @@ def plan_breakpoints(
     """
     if len(tokens) != len(blocks):
         raise ValueError(f"{len(tokens)} token counts for {len(blocks)} blocks")
-    marked, target, automatic = _census(body, blocks, rules)
-    taken = dict(marked)
-    if automatic is not None and target is not None:
-        taken[target] = automatic
-    budget = (rules.max_breakpoints or 0) - len(taken)
+    census = _census(body, blocks, rules)
+    taken = census.taken()
+    budget = (
+        (rules.max_breakpoints or 0)
+        - len(census.fixed())
+        - (1 if census.automatic is not None and census.target is None else 0)
+    )
     prefix = list(itertools.accumulate(tokens))
     positions = lookback_positions(
         (b.kind for b in blocks), tool_runs_one_position=rules.tool_runs_one_position
@@ -292,8 +337,8 @@ def plan_breakpoints(
     conversation_ttl = _LONG if recall.conversation_long_gap else _SHORT
 
     candidates: list[tuple[int | None, Reason, Ttl]] = []
-    if automatic is None and blocks:
-        candidates.append((_last_eligible(blocks, len(blocks) - 1), "conversation", conversation_ttl))
+    if census.automatic is None and blocks:
+        candidates.append((_conversation_end(body, blocks), "conversation", conversation_ttl))
     system_end = _stable_system_end(blocks, volatile)
     tools_end = _section_end(blocks, "tools")
 
@@ -332,7 +377,7 @@ def plan_breakpoints(
         if index is not None:
             take(index, reason, _LONG if index in recall.long_gap else _SHORT)
 
-    chosen = _lifetimes(wanted, taken, rules)
+    chosen = _lifetimes(wanted, census.fixed(), rules)
     planned = body
     placements = []
     for index in sorted(chosen):
@@ -475,6 +520,16 @@ class PlanMemory:
 
 
 @dataclass(frozen=True, slots=True)
+class _Pending:
+    """What to remember once the request was answered: prefix hashes, the writes, the read."""
+
+    hashes: tuple[bytes, ...]
+    writes: tuple[tuple[int, float], ...]
+    read: int | None
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
 class Applied:
     """What the planner did to one request on its way upstream."""
 
@@ -484,9 +539,11 @@ class Applied:
     cache_key: str | None = None
     """The ``prompt_cache_key`` cachekit set (OpenAI), or ``None``."""
     estimate: int = 0
-    """Raw estimated prompt tokens, for calibration against the usage the provider reports."""
+    """Raw estimated prompt tokens, for calibration against the usage the provider reports (0 when
+    the prompt holds images or documents, whose estimates are too rough to learn from)."""
     model: str = ""
     changed: bool = False
+    pending: _Pending | None = field(default=None, repr=False)
 
     def header(self) -> str:
         """The ``x-cachekit-breakpoints`` response header value."""
@@ -502,7 +559,12 @@ class Planner:
     """Breakpoints and cache keys for requests on their way upstream, with the memory they need.
 
     ``rules_for`` maps (provider, model) to caching rules (default: the bundled table); ``estimator``
-    counts tokens (default: ``o200k_base``, calibrated per model). Thread-safe.
+    counts tokens (default: ``o200k_base``, calibrated per model). :meth:`apply` plans a request;
+    :meth:`commit` remembers it once the provider accepted it. Thread-safe.
+
+    Bailian's explicit cache replaces its implicit one for the request (they are mutually exclusive,
+    and the implicit one has no write premium), so Bailian requests are planned only when the caller
+    already uses explicit markers.
     """
 
     estimator: TokenEstimator = field(default_factory=TokenEstimator)
@@ -527,11 +589,12 @@ class Planner:
         volatile: Collection[str] = (),
         blocks: Sequence[Block] | None = None,
     ) -> Applied:
-        """Plan ``body`` for ``provider`` (a provider name from the rules table) and remember it as sent.
+        """Plan ``body`` for ``provider`` (a provider name from the rules table); call :meth:`commit`
+        with the result once the provider accepted the request.
 
         ``volatile`` are paths of system blocks known to change between calls (see :func:`stable_first`);
-        ``blocks`` are ``body``'s blocks when the caller has them already.
-        Raises :class:`PlanError` for markers the provider would refuse.
+        ``blocks`` are ``body``'s blocks when the caller has them already. The ``prompt_cache_key`` is
+        only for ``provider="openai"``. Raises :class:`PlanError` for markers the provider would refuse.
         """
         model = body.get("model")
         if not isinstance(model, str) or not model:
@@ -542,12 +605,16 @@ class Planner:
         if blocks is None:
             blocks = prompt_blocks(dialect, body)
         raw = self.estimator.counts(b.text for b in blocks)
-        estimate = sum(raw)
+        media = any(b.media_tokens for b in blocks)
+        raw = [count + b.media_tokens for count, b in zip(raw, blocks, strict=True)]
+        estimate = 0 if media else sum(raw)
         if rules.mode == "automatic":
             if provider != "openai" or body.get("prompt_cache_key") is not None:
                 return Applied(body, estimate=estimate, model=model)
             key = prompt_cache_key(dialect, body)
             return Applied({**body, "prompt_cache_key": key}, None, key, estimate, model, True)
+        if rules.provider == "bailian" and not any(b.marker is not None or b.nested for b in blocks):
+            return Applied(body, estimate=estimate, model=model)
         ratio = self.estimator.ratio(model)
         tokens = [round(count * ratio) for count in raw]
         context = orjson.dumps(
@@ -564,16 +631,12 @@ class Planner:
             frozenset(i for i, b in enumerate(blocks) if b.where in volatile) if volatile else frozenset()
         )
         plan = plan_breakpoints(body, blocks, tokens, rules=rules, recall=recall, volatile=changing)
-        prefix = 0
-        effective: list[tuple[int, float]] = []
-        cumulative = [0] * len(tokens)
-        for i, count in enumerate(tokens):
-            prefix += count
-            cumulative[i] = prefix
-        for index, ttl in plan.markers:
-            if cumulative[index] >= rules.min_cacheable_tokens:
-                effective.append((index, rules.ttl(ttl)))
-        self.memory.record(hashes, effective, recall.last_write, now)
+        cumulative = list(itertools.accumulate(tokens))
+        writes = tuple(
+            (index, rules.ttl(ttl))
+            for index, ttl in plan.markers
+            if cumulative[index] >= rules.min_cacheable_tokens
+        )
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "breakpoints %s %s: %s (caller's: %d; %s)",
@@ -583,4 +646,11 @@ class Planner:
                 plan.caller_markers,
                 "; ".join(plan.notes) or "nothing skipped",
             )
-        return Applied(plan.body, plan, None, estimate, model, bool(plan.placements))
+        pending = _Pending(tuple(hashes), writes, recall.last_write, now)
+        return Applied(plan.body, plan, None, estimate, model, bool(plan.placements), pending)
+
+    def commit(self, applied: Applied) -> None:
+        """Remember a planned request the provider accepted: its writes, and the entry it read."""
+        pending = applied.pending
+        if pending is not None:
+            self.memory.record(pending.hashes, pending.writes, pending.read, pending.now)

@@ -48,6 +48,7 @@ __all__ = [
 
 logger = logging.getLogger("cachekit.replay")
 
+#: The breakpoint policies that ``cachekit replay`` compares.
 POLICIES = ("none", "system", "last", "auto", "cachekit")
 _EPHEMERAL = {"type": "ephemeral"}
 

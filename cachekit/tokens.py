@@ -33,6 +33,13 @@ __all__ = ["TiktokenTokenizer", "TokenCounter", "TokenEstimator", "cache_home", 
 
 logger = logging.getLogger("cachekit.tokens")
 
+# Texts longer than this are estimated at 4 bytes a token instead of tokenized.
+_LONG_TEXT = 65_536
+# A text tokenizer counts within a factor of ~2 of o200k; a report outside this is clamped to it.
+_MIN_RATIO, _MAX_RATIO = 0.5, 2.5
+# How many reports are averaged before the moving average takes over.
+_AVERAGED = 4
+
 # Where tiktoken fetches each encoding from: its cache file is named by the SHA-1 of this address.
 _SOURCES = {
     "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
@@ -138,8 +145,9 @@ class TokenEstimator:
     ``cache_size`` texts), so a conversation's unchanged blocks are counted once. ``ratio(model)`` is
     the provider's reported prompt tokens relative to the estimate for the same prompt, learned
     online by :meth:`observe` as an exponential moving average (weight ``smoothing``, ``prior`` until
-    the first report), each report clamped to ``[0.1, 10]`` so one bad report cannot derail it, and
-    kept per model (lower-cased) for at most ``max_models`` models. Thread-safe.
+    the first report; the first four reports are averaged), each report clamped to ``[0.5, 2.5]`` so
+    one odd report cannot derail it, and kept per model (lower-cased) for at most ``max_models``
+    models. Thread-safe.
     """
 
     def __init__(
@@ -177,6 +185,9 @@ class TokenEstimator:
         """The raw token count of ``text``."""
         if len(text) < 32:  # hashing costs as much as counting a short text
             return self.counter.count(text) if text else 0
+        if len(text) > _LONG_TEXT:
+            # A huge tool result would hold the request for a second of tokenizing: 4 bytes a token.
+            return math.ceil(len(text.encode("utf-8", "surrogatepass")) / 4)
         digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         # A dict read is atomic: the hot path takes no lock. Eviction is oldest-first (not LRU), which
         # costs a recount now and then but no bookkeeping on every hit.
@@ -218,15 +229,16 @@ class TokenEstimator:
         """
         if estimated < self._min_observed or reported <= 0:
             return
-        sample = min(10.0, max(0.1, reported / estimated))
+        sample = min(_MAX_RATIO, max(_MIN_RATIO, reported / estimated))
         name = model.strip().lower()
         with self._lock:
             learned = self._ratios.pop(name, None)
-            if learned is None:
-                ratio, seen = sample, 1
-            else:
-                ratio = learned[0] + self._smoothing * (sample - learned[0])
-                seen = learned[1] + 1
+            ratio, seen = learned if learned is not None else (self._prior, 0)
+            seen += 1
+            # The first few reports are averaged (one odd prompt cannot set the ratio), later ones
+            # move it by ``smoothing``.
+            weight = 1 / seen if seen <= _AVERAGED else self._smoothing
+            ratio += weight * (sample - ratio)
             self._ratios[name] = (ratio, seen)
             if len(self._ratios) > self._max_models:
                 self._ratios.popitem(last=False)

@@ -335,15 +335,38 @@ def test_changed_settings_are_reported(
 
 
 def test_a_changed_system_block_is_located_by_block() -> None:
+    # The system prompt is part of a derived conversation identity; a named conversation shows it.
     linter = PrefixLinter()
     first = _body([{"type": "text", "text": "Rules."}, {"type": "text", "text": "User tier: gold."}])
-    linter.check("anthropic_messages", first)
+    linter.check("anthropic_messages", first, conversation="c1")
     second = _grow(first, 1)
     second["system"][1]["text"] = "User tier: silver."
-    findings = linter.check("anthropic_messages", second)
+    assert PrefixLinter().check("anthropic_messages", second) == []
+    findings = linter.check("anthropic_messages", second, conversation="c1")
     assert [(f.code, f.where, f.block, f.offset) for f in findings] == [
         ("system_changed", "system.1", len(TOOLS) + 1, None)
     ]
+
+
+def test_two_personas_opening_with_the_same_message_are_two_conversations() -> None:
+    linter = PrefixLinter(raise_on=True)
+    hello = [{"role": "user", "content": "Hi"}]
+    linter.check(
+        "anthropic_messages", {"model": "claude-sonnet-4-5", "system": "You are Ada.", "messages": hello}
+    )
+    body = {"model": "claude-sonnet-4-5", "system": "You are Bob.", "messages": hello}
+    assert linter.check("anthropic_messages", body) == []
+
+
+def test_an_assistant_prefill_is_not_a_rewritten_history() -> None:
+    linter = PrefixLinter(raise_on=True)
+    question = {"role": "user", "content": "List three primes as JSON."}
+    prefill = {"role": "assistant", "content": "["}
+    answer = {"role": "assistant", "content": "[2, 3, 5]"}
+    body = {"model": "claude-sonnet-4-5", "system": "Be terse.", "messages": [question, prefill]}
+    linter.check("anthropic_messages", body)
+    grown = {**body, "messages": [question, answer, {"role": "user", "content": "And three more?"}]}
+    assert linter.check("anthropic_messages", grown) == []
 
 
 def test_an_edited_earlier_message_is_messages_changed_and_a_retry_is_not() -> None:

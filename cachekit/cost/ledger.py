@@ -64,6 +64,7 @@ logger = logging.getLogger("cachekit.cost")
 
 #: How a call was answered: by the provider (using its prompt cache or not), or by a local cache.
 Outcome = Literal["prompt_cache", "exact_hit", "semantic_hit", "miss", "bypass"]
+#: Every Outcome, in a fixed order.
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 _HITS = frozenset({"exact_hit", "semantic_hit"})
 

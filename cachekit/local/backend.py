@@ -51,6 +51,7 @@ __all__ = ["BackendStats", "LocalBackend", "Rules"]
 
 logger = logging.getLogger("cachekit.local")
 
+#: Whose prompt-caching rules bill the responses (auto: each API by its provider's).
 Rules = Literal["auto", "anthropic", "openai", "none"]
 _RULES = ("auto", "anthropic", "openai", "none")
 _TENANT_DOMAIN = b"cachekit.local.tenant.v1\x00"
