@@ -431,7 +431,9 @@ def test_memory_index_is_thread_safe() -> None:
                 # Shared partitions, keys of this thread's own (others may evict, never replace them).
                 index.add(f"p{i % 3}", f"t{n}-{i % 20}", row, "t", ttl=60)
                 found = index.search(f"p{i % 3}", row, k=3, min_similarity=-1.0)
-                assert found[0].similarity > 0.999
+                # The entry just added is found, unless other threads' adds evicted it meanwhile
+                # (possible on a busy machine): then the partition is at its cap.
+                assert (found and found[0].similarity > 0.999) or index.partition_size(f"p{i % 3}") >= 45
                 if i % 5 == 0:
                     index.remove(f"p{(i + 1) % 3}", f"t{n}-{(i + 3) % 20}")
         except BaseException as exc:  # pragma: no cover - reported below
