@@ -81,6 +81,8 @@ CONTROL_PREFIX = "x-cachekit"
 CACHE_HEADER = "x-cachekit-cache"
 #: On a semantic hit: the cosine similarity between the question asked and the one answered.
 SIMILARITY_HEADER = "x-cachekit-similarity"
+#: On a semantic miss: why similar stored questions were not served (guard reasons, comma-separated).
+REFUSED_HEADER = "x-cachekit-semantic-refused"
 KEY_HEADER = "x-cachekit-key"
 #: On an answer from upstream: the cache_control markers cachekit added (``where=ttl/reason, ...``), the
 #: ``prompt_cache_key`` it set, or ``none``.
@@ -106,6 +108,7 @@ _UNSTORED_HEADERS = frozenset(
         CACHE_HEADER,
         KEY_HEADER,
         BREAKPOINTS_HEADER,  # describes one upstream call, not the answer
+        REFUSED_HEADER,
     }
 )
 
@@ -391,6 +394,17 @@ def _semantic_header(value: str) -> tuple[bool, float | None]:
             f"x-cachekit-semantic must be on, off or a cosine threshold in [-1, 1], not {value!r}"
         )
     return True, threshold
+
+
+def _miss_headers(applied: Applied | None, semantic: _SemanticCall | None) -> tuple[tuple[str, str], ...]:
+    """What cachekit tells about an answer it fetched: the breakpoints it planned, and the guards that
+    refused similar stored questions."""
+    headers: list[tuple[str, str]] = []
+    if applied is not None:
+        headers.append((BREAKPOINTS_HEADER, applied.header()))
+    if semantic is not None and semantic.lookup.rejected:
+        headers.append((REFUSED_HEADER, ", ".join(sorted(semantic.lookup.rejected))))
+    return tuple(headers)
 
 
 def _strip_control_headers(request: Request, headers: dict[str, str]) -> None:
@@ -972,7 +986,7 @@ class Pipeline:
             content_type = response.headers.get("content-type")
             if not 200 <= response.status_code < 300:
                 # Errors (429, 5xx, 4xx) are never stored; the SDK sees them untouched and retries.
-                return self._tag(response, "miss", key, applied)
+                return self._tag(response, "miss", key, applied, semantic)
             if applied is not None:
                 self.planner.commit(applied)
             if call.form.streaming and _is_event_stream(content_type):
@@ -987,16 +1001,18 @@ class Pipeline:
                     stored=lambda exc: self._stream_stored(exc, call, semantic),
                 )
                 handed_off = True
-                return self._tag(response, "miss", key, applied)
+                return self._tag(response, "miss", key, applied, semantic)
             if not _is_json(content_type):
-                return self._tag(response, "miss", key, applied)  # not a JSON document: never stored
+                return self._tag(
+                    response, "miss", key, applied, semantic
+                )  # not a JSON document: never stored
             yield Read(response)
             try:
                 document = orjson.loads(response.content)
             except orjson.JSONDecodeError:
                 # Labelled JSON but not JSON (a proxy's error page with a 200): passed on, never stored.
                 logger.warning("a 2xx answer labelled JSON is not JSON; not stored (key=%s)", key[-16:])
-                return self._tag(response, "miss", key, applied)
+                return self._tag(response, "miss", key, applied, semantic)
             answer = record.CachedResponse(
                 status=response.status_code,
                 headers=_kept_headers(response),
@@ -1017,8 +1033,7 @@ class Pipeline:
                 self.stats.add("store_skips")
             self._account(call, stored, None, document, applied=applied)
             logger.debug("miss provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
-            extra = ((BREAKPOINTS_HEADER, applied.header()),) if applied is not None else ()
-            return self._replay(request, answer, key, outcome="miss", extra=extra)
+            return self._replay(request, answer, key, outcome="miss", extra=_miss_headers(applied, semantic))
         finally:
             # A stream's flight lands when the stream ends (see Tee); anything else lands here, whether
             # it succeeded, failed, or was cancelled.
@@ -1348,13 +1363,18 @@ class Pipeline:
         return build_response(library_of(request), cached.status, headers, cached.body)
 
     def _tag(
-        self, response: Response, outcome: CacheOutcome, key: str | None, applied: Applied | None = None
+        self,
+        response: Response,
+        outcome: CacheOutcome,
+        key: str | None,
+        applied: Applied | None = None,
+        semantic: _SemanticCall | None = None,
     ) -> Response:
         response.headers[CACHE_HEADER] = outcome
         if key is not None:
             response.headers[KEY_HEADER] = key[-16:]
-        if applied is not None:
-            response.headers[BREAKPOINTS_HEADER] = applied.header()
+        for name, value in _miss_headers(applied, semantic):
+            response.headers[name] = value
         return response
 
     def _synthetic(

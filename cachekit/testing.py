@@ -37,10 +37,32 @@ mentions "weather" or its ``tool_choice`` forces a tool, the answer is one call 
 output (``response_format`` / ``text.format`` / ``output_config.format`` with a JSON schema) is
 answered with a JSON document built from that schema. A ``max_tokens`` / ``max_completion_tokens``
 / ``max_output_tokens`` below the answer's length truncates it the way each provider does.
+
+The local backend as a pytest fixture
+-------------------------------------
+
+:class:`LocalAPI` puts :mod:`cachekit.local` at an application's tests: real SDK clients (plain or
+cachekit's drop-ins) on one in-process backend, with the providers' prompt-caching rules, a fresh
+memory cache and a cost ledger, offline. The pytest fixture ``local_backend`` yields one per test;
+enable it in your ``conftest.py`` with either line::
+
+    from cachekit.testing import local_backend  # noqa: F401  (the fixture, by name)
+    pytest_plugins = ["cachekit.testing"]          # or: every fixture of this module
+
+and use it::
+
+    def test_summary_is_cached(local_backend):
+        app = App(client=local_backend.anthropic())
+        assert app.summarize("text") == app.summarize("text")
+        assert local_backend.calls == 1             # the repeat never reached the provider
+
+pytest is only imported when the fixture is asked for: this module works without it.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import itertools
 import threading
 import time
@@ -48,7 +70,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlsplit
 
 import anyio
@@ -56,9 +78,13 @@ import httpx2
 import orjson
 
 from cachekit._http import library_of
+from cachekit.cache import Cache, CacheLike
+from cachekit.clients import drop_in_class
+from cachekit.config import CacheConfig
+from cachekit.cost.ledger import Ledger, MemorySink
 from cachekit.local.backend import LocalBackend
 from cachekit.local.scripted import ByteTokenizer, ScriptedEngine
-from cachekit.local.transport import aiter_reply, build_response, iter_reply
+from cachekit.local.transport import LocalTransport, aiter_reply, build_response, iter_reply
 from cachekit.local.wire import (
     JSON,
     Dialect,
@@ -71,7 +97,11 @@ from cachekit.local.wire import (
     stream_error_event,
 )
 
-__all__ = ["FakeUpstream", "RecordedRequest"]
+if TYPE_CHECKING:
+    from anthropic import Anthropic, AsyncAnthropic
+    from openai import AsyncOpenAI, OpenAI
+
+__all__ = ["FakeUpstream", "LocalAPI", "RecordedRequest", "local_backend"]
 
 
 @dataclass(frozen=True)
@@ -321,3 +351,150 @@ def _model_of(body: bytes) -> str | None:
 
 def _header_items(headers: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
     return tuple((key.lower(), value) for key, value in (headers or {}).items())
+
+
+# -- the local backend for an application's tests ---------------------------------------------------
+
+_Provider = Literal["anthropic", "openai"]
+
+
+class LocalAPI:
+    """SDK clients on one in-process :class:`~cachekit.local.LocalBackend`, for an application's tests.
+
+    What the pytest fixture ``local_backend`` yields (see the module docstring); outside pytest, use it
+    as a context manager. Clients made by :meth:`anthropic`, :meth:`openai` and their async twins talk
+    to the backend through :attr:`transport` (no sockets, no network, no API key) and never retry.
+    The cached ones share one memory cache per provider, priced as that provider's models (the
+    backend's answers are billed by its prompt-caching rules) and recorded in :attr:`ledger`.
+    :meth:`close` closes what this object made.
+
+    Args:
+        backend: the backend that answers; by default a new ``LocalBackend()``: the instant, scripted
+            engine under each API's own provider rules. One passed in is the caller's to close.
+    """
+
+    #: The base URL of the Anthropic clients; the OpenAI ones use it with ``/v1``.
+    base_url = "http://local.test"
+
+    def __init__(self, backend: LocalBackend | None = None) -> None:
+        self._owns_backend = backend is None
+        self.backend: LocalBackend = backend if backend is not None else LocalBackend()
+        #: The httpx/httpx2 transport (sync and async) answering from :attr:`backend`.
+        self.transport = LocalTransport(self.backend)
+        #: Every call of the cached clients: usage, outcome (``miss``, ``exact_hit``, ...), cost.
+        self.ledger = Ledger([MemorySink()])
+        self._caches: dict[str, Cache] = {}
+        self._clients: list[httpx2.Client] = []
+        self._lock = threading.Lock()
+
+    @property
+    def calls(self) -> int:
+        """How many requests reached the backend (an answer from cachekit's cache is not one)."""
+        return self.backend.stats.requests
+
+    def cache(self, provider: _Provider) -> Cache:
+        """The memory cache that the cached clients of ``provider`` share (made on first use)."""
+        with self._lock:
+            if provider not in self._caches:
+                config = CacheConfig(store="memory://", ledger=self.ledger, price_as=provider)
+                self._caches[provider] = Cache(config)
+            return self._caches[provider]
+
+    def anthropic(self, *, cache: CacheLike | bool = True, **kwargs: Any) -> Anthropic:
+        """An Anthropic client on the backend: ``cachekit.Anthropic`` on :meth:`cache` by default.
+
+        ``cache=False`` gives the plain ``anthropic.Anthropic``; any other value is passed to
+        ``cachekit.Anthropic(cache=...)``. ``kwargs`` go to the constructor and override the defaults
+        (``api_key``, ``base_url``, ``http_client``, ``max_retries=0``).
+        """
+        return cast("Anthropic", self._client("Anthropic", cache, kwargs))
+
+    def async_anthropic(self, *, cache: CacheLike | bool = True, **kwargs: Any) -> AsyncAnthropic:
+        """:meth:`anthropic` for ``AsyncAnthropic``."""
+        return cast("AsyncAnthropic", self._client("AsyncAnthropic", cache, kwargs))
+
+    def openai(self, *, cache: CacheLike | bool = True, **kwargs: Any) -> OpenAI:
+        """An OpenAI client on the backend (Chat Completions, Responses); see :meth:`anthropic`."""
+        return cast("OpenAI", self._client("OpenAI", cache, kwargs))
+
+    def async_openai(self, *, cache: CacheLike | bool = True, **kwargs: Any) -> AsyncOpenAI:
+        """:meth:`openai` for ``AsyncOpenAI``."""
+        return cast("AsyncOpenAI", self._client("AsyncOpenAI", cache, kwargs))
+
+    def _client(self, name: str, cache: CacheLike | bool, kwargs: dict[str, Any]) -> Any:
+        provider: _Provider = "anthropic" if name.endswith("Anthropic") else "openai"
+        kwargs.setdefault("api_key", "sk-local-test")
+        kwargs.setdefault("base_url", self.base_url if provider == "anthropic" else self.base_url + "/v1")
+        kwargs.setdefault("max_retries", 0)  # a test sees the backend's error at once, not after backoff
+        if "http_client" not in kwargs:
+            if name.startswith("Async"):
+                kwargs["http_client"] = httpx2.AsyncClient(transport=self.transport)
+            else:
+                kwargs["http_client"] = client = httpx2.Client(transport=self.transport)
+                with self._lock:
+                    self._clients.append(client)
+        if cache is False:
+            return getattr(importlib.import_module(provider), name)(**kwargs)
+        return drop_in_class(name)(cache=self.cache(provider) if cache is True else cache, **kwargs)
+
+    def close(self) -> None:
+        """Close the sync clients, caches and ledger made here, and the backend unless it was passed in.
+
+        Async clients hold no connection to the in-process backend; close them in your test if it
+        made them. Safe to call twice.
+        """
+        with self._lock:
+            clients, self._clients = self._clients, []
+            caches, self._caches = list(self._caches.values()), {}
+        for client in clients:
+            client.close()
+        for cache in caches:
+            cache.close()
+        self.ledger.close()
+        if self._owns_backend:
+            self.backend.close()
+
+    def __enter__(self) -> LocalAPI:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def local_backend() -> Iterator[LocalAPI]:
+    """pytest fixture: a :class:`cachekit.testing.LocalAPI` for one test, closed after it.
+
+    SDK clients on cachekit's offline local backend: ``local_backend.anthropic()``,
+    ``local_backend.openai()`` (cachekit drop-ins on a fresh memory cache; ``cache=False`` for the
+    plain SDK clients), ``local_backend.calls`` (requests that reached the backend) and
+    ``local_backend.ledger`` (the cached calls' usage and cost). To change the backend (another
+    engine, a ``ManualClock``), define your own fixture named ``local_backend`` that yields
+    ``LocalAPI(LocalBackend(...))``.
+    """
+    with LocalAPI() as local:
+        yield local
+
+
+# The plain generator is kept under a private name; the public name becomes a pytest fixture on first
+# access (__getattr__ below), so that importing this module never imports pytest.
+_local_backend = local_backend
+del local_backend
+
+
+@functools.cache
+def _fixture() -> Any:
+    import pytest  # only here: cachekit.testing must not need pytest
+
+    return pytest.fixture(name="local_backend")(_local_backend)
+
+
+def __getattr__(name: str) -> Any:
+    # The fixture is made on first access (PEP 562), so importing this module never imports pytest.
+    if name == "local_backend":
+        return _fixture()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # pytest finds a plugin module's fixtures through dir(): list the lazy one too.
+    return sorted({*globals(), "local_backend"})

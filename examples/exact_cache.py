@@ -1,21 +1,22 @@
 """The exact response cache in a few lines: the second identical call never reaches the provider.
 
-Runs offline: the provider is cachekit's in-process stand-in (`cachekit.testing.FakeUpstream`).
-With a real API key, drop `base_url` and `http_client` and it talks to api.anthropic.com.
+Runs offline: the provider is cachekit's local backend, in process (`cachekit.local`). With a real
+API key, drop `base_url` and `http_client` and it talks to api.anthropic.com.
 """
-
-from __future__ import annotations
 
 import httpx2
 
 import cachekit
-from cachekit.testing import FakeUpstream
+from cachekit.local import LocalBackend, LocalTransport
 
-upstream = FakeUpstream()
+backend = LocalBackend()
 client = cachekit.Anthropic(
-    api_key="sk-example",
-    http_client=httpx2.Client(transport=upstream),
-    cache="memory://",  # or "sqlite:///path/to/cache.db"; by default SQLite under $CACHEKIT_HOME
+    api_key="sk-local",
+    base_url="http://local.test",
+    http_client=httpx2.Client(transport=LocalTransport(backend)),
+    # store: or "sqlite:///path/to/cache.db"; by default SQLite under $CACHEKIT_HOME. price_as: price the
+    # local backend's answers as Anthropic's in the cost ledger (`cachekit report`).
+    cache=cachekit.CacheConfig(store="memory://", price_as="anthropic"),
 )
 
 request = {
@@ -29,6 +30,6 @@ second = client.messages.with_raw_response.create(**request)
 print("first: ", first.headers["x-cachekit-cache"], first.parse().content[0].text)
 print("second:", second.headers["x-cachekit-cache"], second.parse().content[0].text)
 assert second.headers["x-cachekit-cache"] == "hit"
-assert second.parse().id == first.parse().id
-assert upstream.calls == 1
-print("provider calls:", upstream.calls)
+assert second.parse().id == first.parse().id  # the stored message itself, not a new answer
+assert backend.stats.requests == 1
+print("provider calls:", backend.stats.requests)

@@ -107,8 +107,21 @@ def test_a_paraphrase_is_a_semantic_hit_with_its_similarity(world: World) -> Non
 )
 def test_near_misses_are_not_served(world: World, stored: str, asked: str) -> None:
     world.ask(chat(stored))
-    assert outcome(world.ask(chat(asked))) == "miss"
+    refused = world.ask(chat(asked))
+    assert outcome(refused) == "miss"
     assert world.upstream.calls == 2
+    # Whatever refused it (a guard, or a similarity under the threshold) is visible to the caller.
+    layer = world.cache.pipeline.semantic
+    assert layer is not None
+    reasons = sorted(reason for reason, count in layer.matcher.stats().items() if count)
+    assert refused.headers.get("x-cachekit-semantic-refused", "") == ", ".join(reasons)
+
+
+def test_a_refused_negation_names_its_guard(world: World) -> None:
+    world.ask(chat("Is the API rate limited?"))
+    refused = world.ask(chat("Is the API not rate limited?"))
+    assert refused.headers["x-cachekit-semantic-refused"] == "negation"
+    assert "x-cachekit-semantic-refused" not in world.ask(chat("Is the API not rate limited?")).headers
 
 
 PARTITION_CHANGES: dict[str, Any] = {

@@ -118,6 +118,8 @@ class Lookup:
     request: SemanticRequest
     vector: Vector
     hit: Candidate | None
+    #: Candidates above the threshold that a guard refused, counted by the guard's reason.
+    rejected: Mapping[str, int] = field(default_factory=dict)
 
 
 class SemanticLayer:
@@ -220,7 +222,7 @@ class SemanticLayer:
         for reason, count in result.rejected.items():
             self.stats.add("rejected", reason, count)
         self.stats.add("hits" if result.hit is not None else "misses")
-        return Lookup(request, vector, result.hit)
+        return Lookup(request, vector, result.hit, dict(result.rejected))
 
     def run(self, work: Callable[[], T]) -> T:
         """Run ``work`` on the layer's worker threads, waiting at most ``config.timeout`` seconds.

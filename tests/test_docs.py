@@ -1,0 +1,183 @@
+"""The documentation's generated parts (docs/hooks) and the pages' consistency with the project.
+
+The site itself is built by ``scripts/docs`` (``mkdocs build --strict``); these tests need no MkDocs:
+they run the hook's generators on the real data files and pages, and the docstring converter on
+samples.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from cachekit.cost import default_prices, normalize
+from cachekit.providers import PROVIDERS
+from cachekit.providers.cache_rules import default_cache_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_docs_hooks_{name}", DOCS / "hooks" / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+generated = _load("generated")
+rst = _load("rst_docstrings")
+
+PAGES = sorted(p for p in DOCS.glob("**/*.md") if "hooks" not in p.parts)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
+def test_every_marker_of_every_page_expands(page: Path, caplog: pytest.LogCaptureFixture) -> None:
+    text = page.read_text()
+    with caplog.at_level(logging.WARNING, logger="mkdocs.hooks.cachekit"):
+        expanded = generated.expand(text, str(page))
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert "<!-- cachekit:" not in expanded
+
+
+def test_an_unknown_marker_or_provider_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    text = "<!-- cachekit:nope -->\n\n<!-- cachekit:prices nobody -->\n"
+    with caplog.at_level(logging.WARNING, logger="mkdocs.hooks.cachekit"):
+        assert generated.expand(text, "page.md") == text
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2
+    assert "unknown marker cachekit:nope" in messages[0]
+    assert "nobody" in messages[1]
+
+
+def test_every_provider_has_a_section_and_usage_notes() -> None:
+    page = (DOCS / "providers.md").read_text()
+    for provider in PROVIDERS:
+        for kind in ("cache-rules", "prices", "usage"):
+            assert f"<!-- cachekit:{kind} {provider.name} -->" in page
+        assert provider.name in generated.USAGE_ROWS
+        assert provider.name in generated.USAGE_EXAMPLES
+
+
+def test_the_rules_tables_carry_every_row_with_its_source_and_date() -> None:
+    rows = json.loads((ROOT / "cachekit/providers/cache_rules.json").read_text())["rules"]
+    tables = {name: generated.cache_rules_table(name) for name in {p.name for p in PROVIDERS}}
+    for row in rows:
+        table = tables[row["provider"]]
+        label = f"`{row['prefix']}`" if row["prefix"] else "*(default)*"
+        line = next(line for line in table.splitlines() if line.startswith(f"| {label} |"))
+        assert f"]({row['source']}), {row['checked']}" in line
+        assert f"{row.get('min_cacheable_tokens', 0):,}" in line or "min_cacheable_tokens" not in row
+    assert len(default_cache_rules().providers) == sum("| *(default)* |" in t for t in tables.values())
+
+
+def test_the_price_tables_carry_every_row_with_its_source_and_date() -> None:
+    for row in default_prices():
+        table = generated.prices_table(row.provider)
+        line = next(line for line in table.splitlines() if line.startswith(f"| `{row.model}`"))
+        assert f"]({row.source}), {row.checked}" in line
+        assert f"| {row.rates.input:g} |" in line
+
+
+def test_a_provider_without_rows_says_so() -> None:
+    ruled = set(default_cache_rules().providers)
+    priced = {row.provider for row in default_prices()}
+    for provider in PROVIDERS:
+        if provider.name not in ruled:
+            assert "has no row" in generated.cache_rules_table(provider.name)
+        if provider.name not in priced:
+            assert "has no row" in generated.prices_table(provider.name)
+
+
+def test_usage_rows_come_from_the_usage_module() -> None:
+    rows = generated.usage_rows()
+    wanted = {label for labels in generated.USAGE_ROWS.values() for label in labels}
+    assert wanted <= set(rows)
+    assert "cache_read_input_tokens" in rows["Anthropic Messages"]
+    assert "prompt_cache_hit_tokens" in rows["DeepSeek (chat)"]
+
+
+@pytest.mark.parametrize("provider", sorted(generated.USAGE_EXAMPLES))
+def test_usage_examples_are_read_by_cachekit(provider: str) -> None:
+    for dialect, usage in generated.USAGE_EXAMPLES[provider]:
+        record = normalize(provider, dialect, usage)
+        assert record.known, record.problems
+        assert record.input_total
+        assert record.output
+
+
+def test_cli_sections_cover_every_command() -> None:
+    commands = generated.cli_commands()
+    assert {"demo", "report", "serve", "diff"} <= set(commands)
+    text = generated.cli_sections()
+    for command in commands:
+        assert f"## {command}\n" in text
+        assert f"usage: cachekit {command}" in text
+
+
+def test_the_pages_readme_links_to_exist_and_are_in_the_site() -> None:
+    readme = (ROOT / "README.md").read_text()
+    config = (ROOT / "mkdocs.yml").read_text()
+    for target in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (ROOT / target).is_file(), target
+        assert target.removeprefix("docs/") in config, f"{target} is not in the mkdocs.yml nav"
+
+
+def test_every_page_is_in_the_nav() -> None:
+    config = (ROOT / "mkdocs.yml").read_text()
+    for page in PAGES:
+        assert f": {page.relative_to(DOCS).as_posix()}" in config, page
+
+
+def test_every_extra_is_listed_on_the_quickstart() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    index = (DOCS / "index.md").read_text()
+    for extra in extras:
+        assert f"| `{extra}` |" in index, extra
+
+
+def test_sphinx_roles_become_optional_links() -> None:
+    text = "Use :class:`~cachekit.cache.Cache` or :func:`cachekit.wrap`, not :meth:`Foo.bar`."
+    out = rst.rst_to_markdown(text)
+    for role in (":class:", ":func:", ":meth:"):
+        assert role not in out
+    assert '<autoref identifier="cachekit.cache.Cache" optional><code>Cache</code></autoref>' in out
+    assert '<autoref identifier="cachekit.wrap" optional><code>cachekit.wrap</code></autoref>' in out
+    assert '<autoref identifier="Foo.bar" optional><code>Foo.bar</code></autoref>' in out
+
+
+def test_literal_block_markers_and_simple_tables_become_markdown() -> None:
+    text = "\n".join(
+        [
+            "Layout::",
+            "",
+            "    a b",
+            "",
+            "::",
+            "",
+            "=====  ===========",
+            "name   meaning",
+            "=====  ===========",
+            "one    the first,",
+            "       continued",
+            "two    a | pipe",
+            "=====  ===========",
+        ]
+    )
+    out = rst.rst_to_markdown(text).splitlines()
+    assert out[0] == "Layout:"
+    assert "::" not in out
+    assert "| name | meaning |" in out
+    assert "| one | the first, continued |" in out
+    assert "| two | a \\| pipe |" in out
