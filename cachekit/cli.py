@@ -32,11 +32,8 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
     chart = None if args.no_chart else args.chart
     try:
         run_demo(engine=args.engine, provider=args.provider, chart=chart, out=out)
-    except (MissingExtraError, ImportError) as exc:
-        sys.stderr.write(
-            f"cachekit demo: {exc}\n(./scripts/demo installs everything the demo needs; "
-            "--engine scripted needs no model)\n"
-        )
+    except MissingExtraError as exc:
+        sys.stderr.write(f"{exc}\n")
         return 2
     return 0
 

