@@ -580,8 +580,8 @@ def test_token_estimates_calibrate_to_what_the_provider_reports() -> None:
     assert cache.pipeline.planner.estimator.ratio("claude-opus-4-8") == 1.0  # kept per model
 
 
-def test_openai_gets_a_prompt_cache_key_and_third_parties_do_not() -> None:
-    seen: list[dict[str, Any]] = []
+def _recording_openai(base_url: str, seen: list[dict[str, Any]], **config: Any) -> Any:
+    """A cachekit OpenAI client on the local backend that keeps every body that reached the backend."""
     backend = LocalTransport(LocalBackend(accept_any_model=True))
 
     class Recording(httpx2.BaseTransport):
@@ -589,14 +589,20 @@ def test_openai_gets_a_prompt_cache_key_and_third_parties_do_not() -> None:
             seen.append(orjson.loads(request.read()))
             return backend.handle_request(request)
 
+    return cachekit.OpenAI(
+        api_key="k",
+        base_url=base_url,
+        http_client=httpx2.Client(transport=Recording()),
+        cache=cachekit.CacheConfig(store="memory://", enabled=False, ledger=False, **config),
+        max_retries=0,
+    )
+
+
+def test_openai_gets_a_prompt_cache_key_and_third_parties_do_not() -> None:
+    seen: list[dict[str, Any]] = []
+
     def client(base_url: str) -> Any:
-        return cachekit.OpenAI(
-            api_key="k",
-            base_url=base_url,
-            http_client=httpx2.Client(transport=Recording()),
-            cache=cachekit.CacheConfig(store="memory://", enabled=False, ledger=False),
-            max_retries=0,
-        )
+        return _recording_openai(base_url, seen)
 
     system = {"role": "system", "content": POLICY}
     for question in ("One?", "Two?"):
@@ -827,19 +833,6 @@ def test_a_request_the_api_would_refuse_is_sent_as_written() -> None:
 
 def test_price_as_openai_never_sends_a_prompt_cache_key_to_another_host() -> None:
     seen: list[dict[str, Any]] = []
-    backend = LocalTransport(LocalBackend(accept_any_model=True))
-
-    class Recording(httpx2.BaseTransport):
-        def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-            seen.append(orjson.loads(request.read()))
-            return backend.handle_request(request)
-
-    client = cachekit.OpenAI(
-        api_key="k",
-        base_url="http://my-vllm.internal/v1",
-        http_client=httpx2.Client(transport=Recording()),
-        cache=cachekit.CacheConfig(store="memory://", enabled=False, ledger=False, price_as="openai"),
-        max_retries=0,
-    )
+    client = _recording_openai("http://my-vllm.internal/v1", seen, price_as="openai")
     client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": POLICY}])
     assert "prompt_cache_key" not in seen[0]
