@@ -26,24 +26,23 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
-from cachekit._types import Dialect
+from cachekit._types import Dialect, Section
 
 __all__ = [
     "Block",
     "Section",
     "block_text",
+    "cache_context",
     "chain_hashes",
     "lookback_positions",
     "prompt_blocks",
     "text_of",
 ]
 
-#: The prompt section a block belongs to, in prefix order.
-Section = Literal["tools", "system", "messages"]
 
 _TEXT_TYPES = ("text", "input_text", "output_text")
 # The Messages API's content blocks that take a cache_control field (the anthropic SDK's block
@@ -287,22 +286,8 @@ class _Walk:
 
 def _anthropic(body: dict[str, Any], walk: _Walk) -> None:
     walk.tools(body.get("tools"), markable=True)
-    system = body.get("system")
-    if isinstance(system, str):
-        if system:
-            walk.add("system", "system", "text", system, {"type": "text", "text": system}, shorthand=True)
-    elif isinstance(system, list):
-        for i, block in enumerate(system):
-            if isinstance(block, dict):
-                walk.add(
-                    "system",
-                    f"system.{i}",
-                    str(block.get("type") or ""),
-                    block_text(block),
-                    _without_marker(block),
-                    block.get("cache_control"),
-                    eligible=_markable(block),
-                )
+    # A system prompt is content without a role: a string is one text block, a list one block each.
+    walk.content("system", body.get("system"), "system", "", None, markable=True)
     messages = body.get("messages")
     if not isinstance(messages, list):
         return
@@ -415,6 +400,12 @@ def lookback_positions(kinds: Iterable[str], *, tool_runs_one_position: bool) ->
         positions.append(current)
         previous = kind
     return positions
+
+
+def cache_context(body: dict[str, Any]) -> bytes:
+    """Canonical bytes of the settings that invalidate cached messages but not tools or system
+    (``tool_choice`` and thinking): they enter a prefix hash just before the first messages block."""
+    return _canonical({"thinking": body.get("thinking"), "tool_choice": body.get("tool_choice")})
 
 
 def chain_hashes(blocks: Sequence[Block], root: bytes, context: bytes = b"") -> list[bytes]:

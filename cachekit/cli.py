@@ -229,7 +229,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
 
 def _replay(args: argparse.Namespace, out: TextIO) -> int:
     from cachekit.errors import MissingExtraError
-    from cachekit.replay import Conversation, TraceError, read_traces, replay
+    from cachekit.replay import POLICIES, Conversation, TraceError, read_traces, replay
 
     conversations: list[Conversation] = []
     try:
@@ -242,7 +242,7 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
             conversations,
             provider=args.provider,
             model=args.model,
-            policies=args.policy or _all_policies(),
+            policies=args.policy or POLICIES,
             gap_seconds=args.gap_seconds,
         )
     except (OSError, ValueError, MissingExtraError) as exc:
@@ -272,12 +272,6 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _all_policies() -> tuple[str, ...]:
-    from cachekit.replay import POLICIES
-
-    return POLICIES
-
-
 def _add_demo(commands: Any) -> None:
     demo = commands.add_parser(
         "demo",
@@ -303,6 +297,8 @@ def _add_demo(commands: Any) -> None:
 
 
 def _add_replay(commands: Any) -> None:
+    from cachekit.replay import POLICIES
+
     replay = commands.add_parser(
         "replay",
         help="cost of each cache-breakpoint policy on recorded agent conversations",
@@ -321,7 +317,7 @@ def _add_replay(commands: Any) -> None:
     replay.add_argument(
         "--policy",
         action="append",
-        choices=("none", "system", "last", "auto", "cachekit"),
+        choices=POLICIES,
         help="a policy to replay (repeatable; default: all)",
     )
     replay.add_argument("--gap-seconds", type=float, default=5.0, help="seconds between requests (default 5)")

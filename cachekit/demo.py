@@ -125,69 +125,82 @@ class DemoResult:
 # -- the requests in each API's shape -----------------------------------------------------------------
 
 
-def _anthropic_body(turns: Sequence[tuple[str, ...]], *, tools: bool) -> dict[str, Any]:
-    messages: list[dict[str, Any]] = []
-    for turn in turns:
-        kind = turn[0]
-        if kind in {"user", "assistant"}:
-            messages.append({"role": kind, "content": turn[1]})
-        elif kind == "call":
-            block = {"type": "tool_use", "id": turn[1], "name": turn[2], "input": orjson.loads(turn[3])}
-            messages.append({"role": "assistant", "content": [block]})
-        else:
-            messages.append(
-                {
-                    "role": "user",
-                    "content": [{"type": "tool_result", "tool_use_id": turn[1], "content": turn[2]}],
-                }
-            )
-    body: dict[str, Any] = {"model": _MODELS["anthropic"], "max_tokens": _MAX_TOKENS, "system": SYSTEM}
-    if tools:
-        body["tools"] = [
-            {"name": name, "description": text, "input_schema": {"type": "object", "properties": props}}
-            for name, text, props in TOOLS
-        ]
-    return {**body, "messages": messages}
+@dataclass(frozen=True)
+class _Shape:
+    """How one API writes a tool call, a tool result, a tool definition and a request."""
+
+    call: Callable[[str, str, str], dict[str, Any]]  # (id, name, JSON arguments) -> a message
+    result: Callable[[str, str], dict[str, Any]]  # (call id, text) -> a message
+    tool: Callable[[str, str, dict[str, Any]], dict[str, Any]]  # (name, description, schema)
+    request: Callable[[list[dict[str, Any]], list[dict[str, Any]]], dict[str, Any]]  # (messages, tools)
 
 
-def _openai_body(turns: Sequence[tuple[str, ...]], *, tools: bool) -> dict[str, Any]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
-    for turn in turns:
-        kind = turn[0]
+_SHAPES = {
+    "anthropic": _Shape(
+        call=lambda id_, name, args: {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": id_, "name": name, "input": orjson.loads(args)}],
+        },
+        result=lambda id_, text: {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": id_, "content": text}],
+        },
+        tool=lambda name, text, schema: {"name": name, "description": text, "input_schema": schema},
+        request=lambda messages, tools: {
+            "model": _MODELS["anthropic"],
+            "max_tokens": _MAX_TOKENS,
+            "system": SYSTEM,
+            **({"tools": tools} if tools else {}),
+            "messages": messages,
+        },
+    ),
+    "openai": _Shape(
+        call=lambda id_, name, args: {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": id_, "type": "function", "function": {"name": name, "arguments": args}}],
+        },
+        result=lambda id_, text: {"role": "tool", "tool_call_id": id_, "content": text},
+        tool=lambda name, text, schema: {
+            "type": "function",
+            "function": {"name": name, "description": text, "parameters": schema},
+        },
+        request=lambda messages, tools: {
+            "model": _MODELS["openai"],
+            "max_tokens": _MAX_TOKENS,
+            "messages": [{"role": "system", "content": SYSTEM}, *messages],
+            **({"tools": tools} if tools else {}),
+            "temperature": 0,
+        },
+    ),
+}
+
+
+def _body(provider: Provider, turns: Sequence[tuple[str, ...]], *, tools: bool) -> dict[str, Any]:
+    """One request of ``provider``'s API: the system prompt, the tools if asked, and ``turns``."""
+    shape = _SHAPES[provider]
+    messages = []
+    for kind, *parts in turns:
         if kind in {"user", "assistant"}:
-            messages.append({"role": kind, "content": turn[1]})
+            messages.append({"role": kind, "content": parts[0]})
         elif kind == "call":
-            call = {"id": turn[1], "type": "function", "function": {"name": turn[2], "arguments": turn[3]}}
-            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            messages.append(shape.call(*parts))
         else:
-            messages.append({"role": "tool", "tool_call_id": turn[1], "content": turn[2]})
-    body: dict[str, Any] = {"model": _MODELS["openai"], "max_tokens": _MAX_TOKENS, "messages": messages}
-    if tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": name,
-                    "description": text,
-                    "parameters": {"type": "object", "properties": props},
-                },
-            }
-            for name, text, props in TOOLS
-        ]
-    return {**body, "temperature": 0}
+            messages.append(shape.result(*parts))
+    schemas = [shape.tool(name, text, {"type": "object", "properties": props}) for name, text, props in TOOLS]
+    return shape.request(messages, schemas if tools else [])
 
 
 def requests(provider: Provider) -> list[tuple[str, dict[str, Any]]]:
     """The demo's requests for ``provider``'s API: (label, body), the agent's turns then the questions."""
-    shape = _anthropic_body if provider == "anthropic" else _openai_body
     labelled = []
     turn = 0
     for k in range(len(AGENT)):
         if k + 1 == len(AGENT) or AGENT[k + 1][0] in ("call", "assistant"):
             turn += 1
-            labelled.append((f"agent turn {turn}", shape(AGENT[: k + 1], tools=True)))
+            labelled.append((f"agent turn {turn}", _body(provider, AGENT[: k + 1], tools=True)))
     for n, question in enumerate(QUESTIONS, start=1):
-        labelled.append((f"question {n}", shape([("user", question)], tools=False)))
+        labelled.append((f"question {n}", _body(provider, [("user", question)], tools=False)))
     return labelled
 
 

@@ -864,9 +864,7 @@ class Pipeline:
             return self._synthetic(request, route.dialect, 504, "api_error", message)
         self.stats.add("bypasses")
         try:
-            request, applied = self._shape(
-                request, route, control, self._plan_partition(request, control), upstream
-            )
+            request, applied = self._shape(request, route, control, None, upstream)
         except PrefixLintError as exc:
             return self._refused(request, route.dialect, exc)
         response = yield Send(request)
@@ -1091,11 +1089,8 @@ class Pipeline:
             provider = call.route.provider
             if self.config.price_as is not None and provider not in _KNOWN_PROVIDERS:
                 provider = self.config.price_as
-            if applied is not None and applied.estimate:
-                reported = usage_of_body(provider, call.route.dialect, body).input_total
-                if reported:
-                    self.planner.estimator.observe(applied.model, applied.estimate, reported)
-            if self._ledger is not None:
+            # The usage is normalized once: the ledger's record carries it for the calibration too.
+            usage = (
                 self._ledger.record_body(
                     provider,
                     call.route.dialect,
@@ -1104,7 +1099,12 @@ class Pipeline:
                     outcome=outcome,
                     tenant=call.control.tenant,
                     site=call.control.site,
-                )
+                ).usage
+                if self._ledger is not None
+                else usage_of_body(provider, call.route.dialect, body)
+            )
+            if applied is not None and applied.estimate and usage.input_total:
+                self.planner.estimator.observe(applied.model, applied.estimate, usage.input_total)
         except Exception as exc:
             logger.warning("cost ledger failed to record a call: %s: %s", type(exc).__name__, exc)
 
@@ -1138,7 +1138,7 @@ class Pipeline:
         request: Request,
         route: Route,
         control: _Control,
-        partition: str,
+        partition: str | None,
         body: dict[str, Any] | None = None,
     ) -> tuple[Request, Applied | None]:
         """The request as it goes upstream: linted, then with cache breakpoints (or OpenAI's
@@ -1152,6 +1152,8 @@ class Pipeline:
             body = _parse_object(content) if content is not None else None
         if body is None:
             return request, None
+        if partition is None:  # a call without a cache key: derived here, only when it is needed
+            partition = self._plan_partition(request, control)
         try:
             blocks: tuple[Block, ...] | None = prompt_blocks(route.dialect, body)
         except (TypeError, ValueError):  # not serializable: the provider will refuse it anyway

@@ -46,7 +46,8 @@ from typing import Any, Literal
 
 import orjson
 
-from cachekit.blocks import Block, chain_hashes, lookback_positions, prompt_blocks
+from cachekit._types import Ttl
+from cachekit.blocks import Block, cache_context, chain_hashes, lookback_positions, prompt_blocks
 from cachekit.providers.cache_rules import CacheRules, UnknownProviderError, cache_rules
 from cachekit.tokens import TokenEstimator
 
@@ -66,7 +67,6 @@ __all__ = [
 
 logger = logging.getLogger("cachekit.planner")
 
-Ttl = Literal["5m", "1h"]
 Reason = Literal["conversation", "lookback", "system", "tools"]
 
 _SHORT: Ttl = "5m"
@@ -116,8 +116,9 @@ class Plan:
     """The caller's own markers, plus one for a top-level automatic ``cache_control``."""
     notes: tuple[str, ...] = ()
     """Why candidates got no marker (below the minimum, no markers left), for the debug log."""
-    markers: tuple[tuple[int, Ttl], ...] = ()
-    """Every marker of the planned body (the caller's and cachekit's) as (block index, lifetime)."""
+    writes: tuple[tuple[int, Ttl], ...] = ()
+    """The markers of the planned body (the caller's and cachekit's) whose prefix reaches the model's
+    minimum, as (block index, lifetime): the cache entries the request writes or refreshes."""
 
     def header(self) -> str:
         """The ``x-cachekit-breakpoints`` header value: ``where=ttl/reason`` per added marker, or ``none``."""
@@ -383,8 +384,12 @@ def plan_breakpoints(
     for index in sorted(chosen):
         planned = add_marker(planned, blocks[index].where, chosen[index])
         placements.append(Placement(blocks[index].where, index, chosen[index], reasons[index], prefix[index]))
-    markers = tuple(sorted({**taken, **chosen}.items()))
-    return Plan(planned, tuple(placements), len(taken), tuple(notes), markers)
+    writes = tuple(
+        (index, ttl)
+        for index, ttl in sorted({**taken, **chosen}.items())
+        if prefix[index] >= rules.min_cacheable_tokens
+    )
+    return Plan(planned, tuple(placements), len(taken), tuple(notes), writes)
 
 
 def stable_first(dialect: str, body: dict[str, Any], volatile: Collection[str]) -> dict[str, Any]:
@@ -617,10 +622,7 @@ class Planner:
             return Applied(body, estimate=estimate, model=model)
         ratio = self.estimator.ratio(model)
         tokens = [round(count * ratio) for count in raw]
-        context = orjson.dumps(
-            {"thinking": body.get("thinking"), "tool_choice": body.get("tool_choice")},
-            option=orjson.OPT_SORT_KEYS,
-        )
+        context = cache_context(body)
         root = b"\x00".join(
             (b"cachekit-plan/v1", provider.encode(), model.strip().lower().encode(), partition)
         )
@@ -631,12 +633,7 @@ class Planner:
             frozenset(i for i, b in enumerate(blocks) if b.where in volatile) if volatile else frozenset()
         )
         plan = plan_breakpoints(body, blocks, tokens, rules=rules, recall=recall, volatile=changing)
-        cumulative = list(itertools.accumulate(tokens))
-        writes = tuple(
-            (index, rules.ttl(ttl))
-            for index, ttl in plan.markers
-            if cumulative[index] >= rules.min_cacheable_tokens
-        )
+        writes = tuple((index, rules.ttl(ttl)) for index, ttl in plan.writes)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "breakpoints %s %s: %s (caller's: %d; %s)",

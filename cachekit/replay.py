@@ -20,6 +20,7 @@ Only the prompt's blocks and usage counts are handled; nothing here logs prompt 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -30,9 +31,9 @@ from typing import Any
 
 import orjson
 
-from cachekit.blocks import prompt_blocks
+from cachekit.blocks import cache_context, prompt_blocks
 from cachekit.cost.prices import PriceTable, default_prices
-from cachekit.cost.usage import UsageRecord
+from cachekit.cost.usage import UsageRecord, usage_of_body
 from cachekit.planner import add_marker
 
 __all__ = [
@@ -252,10 +253,7 @@ def _chain(body: dict[str, Any], tokenizer: _MemoTokenizer) -> list[tuple[bytes,
     """The request's blocks as (identity, tokens), with the settings that invalidate the cached messages
     (tool choice, thinking) as a token-less link before the first message, as at the provider."""
     chain: list[tuple[bytes, tuple[int, ...]]] = []
-    context = orjson.dumps(
-        {"thinking": body.get("thinking"), "tool_choice": body.get("tool_choice")},
-        option=orjson.OPT_SORT_KEYS,
-    )
+    context = cache_context(body)
     placed = False
     for block in prompt_blocks("anthropic_messages", body):
         if block.section == "messages" and not placed:
@@ -281,17 +279,11 @@ class _Prices:
 
 
 def _usage_of(response: Any) -> UsageRecord:
-    usage = response.usage
-    creation = getattr(usage, "cache_creation", None)
-    written = usage.cache_creation_input_tokens or 0
-    long = (getattr(creation, "ephemeral_1h_input_tokens", 0) or 0) if creation is not None else 0
-    return UsageRecord(
-        uncached_input=usage.input_tokens,
-        cache_write_5m=written - long,
-        cache_write_1h=long,
-        cache_read=usage.cache_read_input_tokens or 0,
-        output=0,  # input-side cost only
-    )
+    """The response's prompt-side usage, normalized as the cost ledger does (output left out)."""
+    usage = usage_of_body("anthropic", "anthropic_messages", response.model_dump(mode="json"))
+    if not usage.known:
+        raise ValueError(f"the backend's usage could not be read: {'; '.join(usage.problems)}")
+    return dataclasses.replace(usage, output=0)  # input-side cost only
 
 
 def _lower_bounds(

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cachekit._types import Section, Ttl
 from cachekit.blocks import lookback_positions
 from cachekit.local.clock import DEFAULT_CLOCK, Clock
 from cachekit.providers.cache_rules import CacheRules, cache_rules, default_cache_rules
@@ -58,9 +59,7 @@ __all__ = [
 
 logger = logging.getLogger("cachekit.local.accounting")
 
-Ttl = Literal["5m", "1h"]
 Retention = Literal["in_memory", "24h"]
-Section = Literal["tools", "system", "messages"]
 
 _SECTION_ORDER: dict[str, int] = {"tools": 0, "system": 1, "messages": 2}
 # The API's own wording (quoted in github.com/cnighswonger/claude-code-cache-fix/issues/44).
@@ -284,7 +283,9 @@ class AnthropicCache(_BilledCache):
             raise CacheRuleError(f"prompt is too long: {total} tokens > {rules.context_window} maximum")
         hashes = _prefix_hashes(_root(b"explicit/v1", self._provider, partition, model), segs, context)
         prefix = list(itertools.accumulate(s.tokens for s in segs))  # tokens up to and including each
-        positions = _positions(segs, rules.tool_runs_one_position)
+        positions = lookback_positions(
+            (s.block_type for s in segs), tool_runs_one_position=rules.tool_runs_one_position
+        )
         # "Shorter prompts cannot be cached, even if marked with cache_control ... and no error is returned."
         effective = [(i, ttl) for i, ttl in marks if prefix[i] >= rules.min_cacheable_tokens]
         window = rules.lookback_positions or 1
@@ -438,11 +439,6 @@ def _prefix_hashes(root: bytes, segs: tuple[Segment, ...], context: bytes) -> li
         current = _digest(current, s.section.encode(), s.content)
         hashes.append(current)
     return hashes
-
-
-def _positions(segs: tuple[Segment, ...], tool_runs_one_position: bool) -> list[int]:
-    """Each segment's lookback position; a run of tool_use (or tool_result) blocks shares one."""
-    return lookback_positions((s.block_type for s in segs), tool_runs_one_position=tool_runs_one_position)
 
 
 class OpenAICache(_BilledCache):

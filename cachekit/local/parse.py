@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
+from cachekit._types import Section, Ttl
 from cachekit.blocks import block_text as _block_text
+from cachekit.blocks import cache_context
 from cachekit.blocks import text_of as _text_of
-from cachekit.local.accounting import Segment, Ttl
+from cachekit.local.accounting import Segment
 from cachekit.local.engine import Prompt, Tokenizer, ToolCall, ToolChoice, ToolSpec, Turn
 from cachekit.local.wire import Endpoint
 
 __all__ = ["BadRequest", "Parsed", "parse"]
 
-Section = Literal["tools", "system", "messages"]
 _VOLATILE = ("stream", "stream_options")
 
 
@@ -300,7 +301,7 @@ def _parse_messages(
     automatic = None
     if payload.get("cache_control") is not None:
         automatic = cache_control_ttl(payload["cache_control"], "cache_control")
-    context = _canonical({"tool_choice": payload.get("tool_choice"), "thinking": payload.get("thinking")})
+    context = cache_context(payload)
     config = payload.get("output_config")
     spec = config.get("format") if isinstance(config, dict) else payload.get("output_format")
     schema = None
@@ -626,12 +627,12 @@ def parse(endpoint: Endpoint, payload: dict[str, Any], tokenizer: Tokenizer, *, 
             max_tokens = _int_field(payload, "max_tokens", required=False, minimum=1, dialect="openai")
         choice, specs, schema = _parse_chat(payload, b)
         stop = _stops(payload.get("stop"), "stop")
-        context = _canonical({"tool_choice": payload.get("tool_choice")})
+        context = cache_context(payload)
     else:
         max_tokens = _int_field(payload, "max_output_tokens", required=False, minimum=16, dialect="openai")
         choice, specs, schema = _parse_responses(payload, b)
         stop = ()
-        context = _canonical({"tool_choice": payload.get("tool_choice")})
+        context = cache_context(payload)
     prompt = Prompt(
         model=model,
         turns=tuple(b.turns),
