@@ -103,6 +103,8 @@ class Block:
             content blocks carry markers): they count against the provider's limit too.
         media_tokens: an estimate of the tokens of base64 image or document data, which ``text``
             leaves out (0 for everything else).
+        name: a tool definition's name (Anthropic and Responses ``name``, Chat ``function.name``);
+            ``""`` for other blocks.
     """
 
     section: Section
@@ -117,6 +119,7 @@ class Block:
     cited: bool = False
     nested: tuple[Any, ...] = ()
     media_tokens: int = 0
+    name: str = ""
 
 
 def _canonical(value: Any) -> bytes:
@@ -153,6 +156,15 @@ def block_text(block: dict[str, Any]) -> str:
 
 def _without_marker(block: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in block.items() if key != "cache_control"}
+
+
+def _tool_name(tool: dict[str, Any]) -> str:
+    """Anthropic's and Responses' ``name``, or Chat's ``function.name``; ``""`` when there is none."""
+    name = tool.get("name")
+    function = tool.get("function")
+    if not isinstance(name, str) and isinstance(function, dict):
+        name = function.get("name")
+    return name if isinstance(name, str) else ""
 
 
 def _markable(block: dict[str, Any]) -> bool:
@@ -209,6 +221,7 @@ class _Walk:
         cited: bool = False,
         nested: tuple[Any, ...] = (),
         media_tokens: int = 0,
+        name: str = "",
     ) -> None:
         content = _canonical([section, identity])
         self.blocks.append(
@@ -225,6 +238,7 @@ class _Walk:
                 cited,
                 nested,
                 media_tokens,
+                name,
             )
         )
 
@@ -244,6 +258,7 @@ class _Walk:
                 tool.get("cache_control"),
                 # "Tool 'x' cannot have both defer_loading=true and cache_control set" (the API's 400).
                 eligible=markable and not tool.get("defer_loading"),
+                name=_tool_name(tool),
             )
 
     def content(

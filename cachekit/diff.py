@@ -129,14 +129,6 @@ def _identity(block: Block) -> dict[str, Any]:
     return identity if isinstance(identity, dict) else {}
 
 
-def _tool_name(block: Block) -> str:
-    tool = _identity(block)
-    name = tool.get("name")
-    if not isinstance(name, str) and isinstance(tool.get("function"), dict):
-        name = tool["function"].get("name")
-    return name if isinstance(name, str) else "?"
-
-
 class _Tokens:
     """``o200k_base`` token ids per block text, encoded once."""
 
@@ -158,8 +150,8 @@ class _Tokens:
 
 def _tool_detail(a: Sequence[Block], b: Sequence[Block], index: int) -> str:
     """What happened to the tool at ``index`` (prefix order): moved, added, removed or edited."""
-    names_a = [_tool_name(block) for block in a if block.section == "tools"]
-    names_b = [_tool_name(block) for block in b if block.section == "tools"]
+    names_a = [block.name or "?" for block in a if block.section == "tools"]
+    names_b = [block.name or "?" for block in b if block.section == "tools"]
     name_a = names_a[index] if index < len(names_a) else None
     name_b = names_b[index] if index < len(names_b) else None
     if name_a is not None and name_a == name_b:

@@ -441,20 +441,6 @@ def _value_digest(value: Any) -> bytes | None:
         return _digest(repr(value).encode("utf-8", "surrogatepass"))
 
 
-def _tool_name(body: dict[str, Any], block: Block) -> str:
-    """The name of the tool a ``tools.<i>`` block stands for (Anthropic/Responses ``name``, Chat
-    ``function.name``); ``""`` when it has none."""
-    tools = body.get("tools")
-    index = int(block.where.rpartition(".")[2])
-    tool = tools[index] if isinstance(tools, list) else None
-    if not isinstance(tool, dict):
-        return ""
-    name = tool.get("name")
-    if not isinstance(name, str):
-        name = _field(tool, ("function", "name"))
-    return name if isinstance(name, str) else ""
-
-
 @dataclass(frozen=True, slots=True)
 class _Snapshot:
     """What the next call is compared with: digests only, never prompt text."""
@@ -488,7 +474,7 @@ class _Call:
         sections: dict[str, list[tuple[int, Block]]] = {"tools": [], "system": [], "messages": []}
         for index, block in enumerate(blocks):
             sections[block.section].append((index, block))
-        names = [_tool_name(body, block) for _, block in sections["tools"]]
+        names = [block.name for _, block in sections["tools"]]
         family = _DIALECT_FAMILY.get(dialect, "anthropic")
         return cls(body, family, sections["tools"], sections["system"], sections["messages"], names)
 
