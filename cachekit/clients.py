@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from cachekit._http import library_of
 from cachekit.cache import Cache, CacheLike, as_cache
-from cachekit.errors import MissingExtraError
+from cachekit.errors import ConfigError, MissingExtraError
 from cachekit.transport import AsyncCachingTransport, CachingTransport
 
 __all__ = ["DROP_IN_CLIENTS", "cache_of", "drop_in_class", "install", "wrap"]
@@ -55,10 +55,20 @@ def _http_client_of(client: Any) -> Any:
 
 def install(http_client: Any, cache: CacheLike = None) -> Cache:
     """Wrap every transport of an ``httpx``/``httpx2`` client (its default one and its proxy mounts)
-    with one shared :class:`~cachekit.cache.Cache`. Installing twice keeps the first cache."""
+    with one shared :class:`~cachekit.cache.Cache`.
+
+    Installing again is a no-op when it names no cache or the same one; naming a different cache is a
+    :class:`~cachekit.errors.ConfigError`, since silently keeping the first would leave the caller
+    believing their second cache (its store, tenant, TTL) is the one in use.
+    """
     current = http_client._transport
     if isinstance(current, (CachingTransport, AsyncCachingTransport)):
-        return current.cache
+        if cache is None or cache is current.cache:
+            return current.cache
+        raise ConfigError(
+            "this client already caches through another cachekit cache; wrap it once (cachekit.wrap() "
+            "without cache= keeps the cache it has), or build a new client for a second cache"
+        )
     shared, owned = as_cache(cache)
     wrapper = (
         AsyncCachingTransport
