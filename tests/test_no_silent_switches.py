@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
 import httpx2
 import openai
 import pytest
@@ -28,4 +32,73 @@ def test_a_second_wrap_with_another_cache_is_an_error_not_ignored() -> None:
     assert upstream.calls == 1
     assert cachekit.cache_of(client) is first
     assert first.stats.hits == 1
+    client.close()
+
+
+# -- the local backend answers bad input as the providers do ---------------------------------------
+
+
+@pytest.fixture
+def local() -> Iterator[Any]:
+    from cachekit.testing import LocalAPI
+
+    with LocalAPI() as api:
+        yield api
+
+
+def test_messages_given_as_a_string_get_each_providers_error(local: Any) -> None:
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        local.anthropic(cache=False).messages.create(model="claude-sonnet-4-5", max_tokens=8, messages="hi")
+    assert refused.value.body["error"] == {
+        "type": "invalid_request_error",
+        "message": "messages: Input should be a valid list",
+    }
+    with pytest.raises(openai.BadRequestError) as rejected:
+        local.openai(cache=False).chat.completions.create(model="gpt-4.1-mini", messages="hi")
+    assert rejected.value.body == {
+        "message": "Invalid type for 'messages': expected an array of objects, but got a string instead.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "invalid_type",
+    }
+
+
+def test_a_non_numeric_temperature_gets_each_providers_error(local: Any) -> None:
+    question = [{"role": "user", "content": "hi"}]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        local.anthropic(cache=False).messages.create(
+            model="claude-sonnet-4-5", max_tokens=8, messages=question, extra_body={"temperature": "warm"}
+        )
+    assert refused.value.body["error"]["message"] == (
+        "temperature: Input should be a valid number, unable to parse string as a number"
+    )
+    client = local.openai(cache=False)
+    with pytest.raises(openai.BadRequestError) as rejected:
+        client.chat.completions.create(model="gpt-4.1-mini", messages=question, temperature="warm")
+    assert rejected.value.body["message"] == (
+        "Invalid type for 'temperature': expected a decimal, but got a string instead."
+    )
+    assert rejected.value.code == "invalid_type"
+    with pytest.raises(openai.BadRequestError) as responses:
+        client.responses.create(model="gpt-4.1-mini", input="hi", top_p=[1])
+    assert responses.value.body["message"] == (
+        "Invalid type for 'top_p': expected a decimal, but got an array instead."
+    )
+
+
+def test_get_root_gets_each_providers_not_found(local: Any) -> None:
+    client = httpx2.Client(transport=local.transport, base_url=local.base_url)
+    openai_root = client.get("/")
+    assert openai_root.status_code == 404
+    assert openai_root.json() == {
+        "error": {
+            "message": "Invalid URL (GET /)",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    }
+    anthropic_root = client.get("/", headers={"anthropic-version": "2023-06-01"})
+    assert anthropic_root.status_code == 404
+    assert anthropic_root.json()["error"] == {"type": "not_found_error", "message": "Not Found"}
     client.close()

@@ -179,7 +179,7 @@ class LocalBackend:
     ) -> Reply:
         if endpoint is None:
             message = "Not Found" if dialect == "anthropic" else f"Invalid URL ({method.upper()} {path})"
-            return error_reply(dialect, 404, message)
+            return error_reply(dialect, 404, message, code="")  # OpenAI: no code for an unknown path
         try:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError:

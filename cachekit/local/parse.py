@@ -139,9 +139,7 @@ def _int_field(
         return None
     if not isinstance(value, int) or isinstance(value, bool):
         if dialect == "openai":
-            raise BadRequest(
-                f"Invalid type for '{name}': expected an integer.", param=name, code="invalid_type"
-            )
+            raise _openai_invalid(name, "an integer", value)
         raise BadRequest(f"{name}: Input should be a valid integer", param=name)
     if value < minimum:
         if dialect == "openai":
@@ -291,8 +289,10 @@ def _parse_messages(
     payload: dict[str, Any], b: _Builder
 ) -> tuple[ToolChoice, list[ToolSpec], Ttl | None, bytes, dict[str, Any] | None]:
     messages = payload.get("messages")
-    if not isinstance(messages, list):
+    if messages is None:
         raise BadRequest("messages: Field required", param="messages")
+    if not isinstance(messages, list):
+        raise BadRequest("messages: Input should be a valid list", param="messages")
     if not messages:
         raise BadRequest("messages: at least one message is required", param="messages")
     specs = _anthropic_tools(payload, b)
@@ -467,10 +467,12 @@ def _parse_chat(
     payload: dict[str, Any], b: _Builder
 ) -> tuple[ToolChoice, list[ToolSpec], dict[str, Any] | None]:
     messages = payload.get("messages")
-    if not isinstance(messages, list):
+    if messages is None:
         raise BadRequest(
             "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
         )
+    if not isinstance(messages, list):
+        raise _openai_invalid("messages", "an array of objects", messages)
     if not messages:
         raise BadRequest(
             "Invalid 'messages': empty array. Expected an array with minimum length 1, "
@@ -510,7 +512,7 @@ def _parse_responses(
     elif isinstance(instructions, list):  # a prompt template's instructions: input items
         for i, item in enumerate(instructions):
             if not isinstance(item, dict):
-                raise _openai_invalid(f"instructions[{i}]", "an object")
+                raise _openai_invalid(f"instructions[{i}]", "an object", item)
             _chat_message({**item, "role": item.get("role")}, i, b, leading=True)
     items = payload["input"]
     if isinstance(items, str):
@@ -553,8 +555,55 @@ def _parse_responses(
 # ---------------------------------------------------------------------------------------------
 
 
-def _openai_invalid(name: str, expected: str) -> BadRequest:
-    return BadRequest(f"Invalid type for '{name}': expected {expected}.", param=name, code="invalid_type")
+def _json_kind(value: Any) -> str:
+    """How OpenAI names a JSON value's type in its errors ("but got a string instead")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _openai_invalid(name: str, expected: str, value: Any) -> BadRequest:
+    return BadRequest(
+        f"Invalid type for '{name}': expected {expected}, but got {_json_kind(value)} instead.",
+        param=name,
+        code="invalid_type",
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_sampling(endpoint: Endpoint, payload: dict[str, Any]) -> None:
+    """Sampling parameters must be numbers. Anthropic validates in lax mode (a numeric string passes,
+    and its message says why another does not); OpenAI wants a JSON number."""
+    names = _ANTHROPIC_SAMPLING if endpoint in ("messages", "count_tokens") else _OPENAI_SAMPLING
+    for name in names:
+        value = payload.get(name)
+        if value is None or _is_number(value):
+            continue
+        if endpoint not in ("messages", "count_tokens"):
+            raise _openai_invalid(name, "a decimal", value)
+        if not isinstance(value, str):
+            raise BadRequest(f"{name}: Input should be a valid number", param=name)
+        try:
+            float(value)
+        except ValueError:
+            raise BadRequest(
+                f"{name}: Input should be a valid number, unable to parse string as a number", param=name
+            ) from None
+
+
+_ANTHROPIC_SAMPLING = ("temperature", "top_p")
+_OPENAI_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
 
 
 def _check_common(endpoint: Endpoint, payload: dict[str, Any]) -> None:
@@ -563,7 +612,8 @@ def _check_common(endpoint: Endpoint, payload: dict[str, Any]) -> None:
     if stream is not None and not isinstance(stream, bool):
         if endpoint in ("messages", "count_tokens"):
             raise BadRequest("stream: Input should be a valid boolean", param="stream")
-        raise _openai_invalid("stream", "a boolean")
+        raise _openai_invalid("stream", "a boolean", stream)
+    _check_sampling(endpoint, payload)
     if endpoint in ("messages", "count_tokens"):
         return
     for name, kind, expected in (
@@ -574,7 +624,7 @@ def _check_common(endpoint: Endpoint, payload: dict[str, Any]) -> None:
         ("user", str, "a string"),
     ):
         if payload.get(name) is not None and not isinstance(payload[name], kind):
-            raise _openai_invalid(name, expected)
+            raise _openai_invalid(name, expected, payload[name])
     retention = payload.get("prompt_cache_retention")
     if retention is not None and retention not in ("in_memory", "24h"):
         raise BadRequest(

@@ -215,7 +215,8 @@ def error_body(
     param: str | None = None,
     code: str | None = None,
 ) -> bytes:
-    """The provider's error document for ``status`` (``message`` replaces the default text)."""
+    """The provider's error document for ``status`` (``message`` replaces the default text; an empty
+    ``code`` sends ``null`` where the status has a default code, as OpenAI does for an unknown path)."""
     if dialect == "anthropic":
         kind, default = _ANTHROPIC_ERRORS.get(
             status, ("api_error" if status >= 500 else "invalid_request_error", f"HTTP {status}")
@@ -226,7 +227,14 @@ def error_body(
         status, ("server_error" if status >= 500 else "invalid_request_error", None, f"HTTP {status}")
     )
     return orjson.dumps(
-        {"error": {"message": message or default, "type": kind, "param": param, "code": code or default_code}}
+        {
+            "error": {
+                "message": message or default,
+                "type": kind,
+                "param": param,
+                "code": default_code if code is None else (code or None),
+            }
+        }
     )
 
 
