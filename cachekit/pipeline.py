@@ -53,7 +53,15 @@ from cachekit.flights import Flight, Flights
 from cachekit.keys import exact_key, partition_for
 from cachekit.lint import PrefixLinter, PrefixLintError, lint_request
 from cachekit.planner import Applied, PlanError, Planner, stable_first
-from cachekit.providers import CREDENTIAL_HEADERS, PROVIDERS, Route, error_body, route_request
+from cachekit.providers import (
+    CREDENTIAL_HEADERS,
+    PROVIDERS,
+    Route,
+    error_body,
+    incomplete_answer,
+    route_request,
+    server_state,
+)
 from cachekit.semantic.base import DimensionMismatchError
 from cachekit.stores import record
 
@@ -84,6 +92,11 @@ SIMILARITY_HEADER = "x-cachekit-similarity"
 #: On a semantic miss: why similar stored questions were not served (guard reasons, comma-separated).
 REFUSED_HEADER = "x-cachekit-semantic-refused"
 KEY_HEADER = "x-cachekit-key"
+#: On a bypass: why the cache was not used, as short stable tokens (comma-separated when several):
+#: ``caller``, ``cache-off``, ``not-keyable``, ``store-unavailable``, ``bad-control``, ``lint``, or
+#: what the request depends on outside its body (``server-state:conversation``, ``live-data:web_search``,
+#: ...: :mod:`cachekit.providers.state`).
+BYPASS_REASON_HEADER = "x-cachekit-bypass-reason"
 #: On an answer from upstream: the cache_control markers cachekit added (``where=ttl/reason, ...``), the
 #: ``prompt_cache_key`` it set, or ``none``.
 BREAKPOINTS_HEADER = "x-cachekit-breakpoints"
@@ -107,6 +120,7 @@ _UNSTORED_HEADERS = frozenset(
         "age",
         CACHE_HEADER,
         KEY_HEADER,
+        BYPASS_REASON_HEADER,
         BREAKPOINTS_HEADER,  # describes one upstream call, not the answer
         REFUSED_HEADER,
     }
@@ -202,6 +216,8 @@ class PipelineStats:
     corrupt_entries: int = 0
     coalesced: int = 0
     incomplete_streams: int = 0
+    #: 2xx JSON documents that were not a complete answer of their dialect (passed on, not stored).
+    incomplete_answers: int = 0
     #: Requests that went upstream with markers (or a prompt_cache_key) cachekit added.
     planned: int = 0
     #: Requests whose volatile system blocks were moved after the stable ones (``stable_first``).
@@ -407,6 +423,30 @@ def _miss_headers(applied: Applied | None, semantic: _SemanticCall | None) -> tu
     return tuple(headers)
 
 
+def _reason_header(reason: str | None) -> tuple[tuple[str, str], ...]:
+    """The bypass-reason header, on a bypass only."""
+    return () if reason is None else ((BYPASS_REASON_HEADER, reason),)
+
+
+def _bypass_reason(
+    config: CacheConfig, dialect: Dialect, control: _Control, seen: _Seen | None, body: dict[str, Any] | None
+) -> str | None:
+    """Why a request skips the cache, before any key is made (``None``: it may use the cache).
+
+    Bytes already seen were keyed before, so they passed every test here (a request on server state
+    is never remembered): only a new body is asked what it depends on.
+    """
+    if not config.enabled:
+        return "cache-off"
+    if control.mode == "bypass":
+        return "caller"
+    if seen is not None:
+        return None
+    if body is None:
+        return "not-keyable"
+    return ", ".join(server_state(dialect, body)) or None
+
+
 def _strip_control_headers(request: Request, headers: dict[str, str]) -> None:
     for name in [n for n in headers if n.startswith(CONTROL_PREFIX)]:
         del request.headers[name]
@@ -563,7 +603,9 @@ class Pipeline:
         try:
             control = _read_control(headers, self.config, current_policy())
         except _BadControl as exc:
-            return self._synthetic(request, route.dialect, 400, "invalid_request_error", f"cachekit: {exc}")
+            return self._synthetic(
+                request, route.dialect, 400, "invalid_request_error", f"cachekit: {exc}", reason="bad-control"
+            )
         _strip_control_headers(request, headers)
 
         content = _json_content(request, headers)
@@ -578,13 +620,14 @@ class Pipeline:
         upstream: dict[str, Any] | None = None  # the canonical body, once built
         if seen is None and content is not None:
             body = _parse_object(content)
-        if (seen is None and body is None) or not self.config.enabled or control.mode == "bypass":
-            # Not a JSON object (multipart upload, a body we cannot read), the cache is off, or the
-            # caller asked to bypass: send it as it is (canonical when it is JSON).
+        if (reason := _bypass_reason(self.config, route.dialect, control, seen, body)) is not None:
+            # Not a JSON object (multipart upload, a body we cannot read), the cache is off, the caller
+            # asked to bypass, or the answer depends on state outside the request: send it as it is
+            # (canonical when it is JSON), never coalesced, never stored.
             if content is not None and (body := body or _parse_object(content)) is not None:
                 with contextlib.suppress(_NotCanonical):  # then it goes as the caller wrote it
                     request, _, upstream = self._canonical_request(request, route.dialect, body)
-            return (yield from self._uncached(request, route, control, upstream))
+            return (yield from self._uncached(request, route, control, upstream, reason=reason))
 
         if seen is None:
             parsed = cast("dict[str, Any]", body)  # not None: the branch above took that case
@@ -592,13 +635,13 @@ class Pipeline:
                 request, body_bytes, upstream = self._canonical_request(request, route.dialect, parsed)
             except _NotCanonical:
                 # Valid JSON that cannot be keyed (nested deeper than orjson writes): as it is.
-                return (yield from self._uncached(request, route, control))
+                return (yield from self._uncached(request, route, control, reason="not-keyable"))
             seen = self._remember(digest, route.dialect, parsed, body_bytes)
         keyed = self._key(
             request=request, headers=headers, route=route, control=control, body_digest=seen.digest
         )
         if keyed is None:  # the store could not give its secret: no key, so no caching for this call
-            return (yield from self._uncached(request, route, control, upstream))
+            return (yield from self._uncached(request, route, control, upstream, reason="store-unavailable"))
         key, partition = keyed
         # Only built for requests that may use the semantic layer: every request passes here.
         scope = (
@@ -854,10 +897,17 @@ class Pipeline:
             logger.warning("semantic %s failed, going on without it: %s: %s", what, type(exc).__name__, exc)
 
     def _uncached(
-        self, request: Request, route: Route, control: _Control, upstream: dict[str, Any] | None = None
+        self,
+        request: Request,
+        route: Route,
+        control: _Control,
+        upstream: dict[str, Any] | None = None,
+        *,
+        reason: str,
     ) -> Exchange:
         """Send a request the cache cannot answer (not keyable, cache off, bypassed, store secret
-        unavailable) — unless the caller said never to go upstream. Its cost is still recorded."""
+        unavailable, dependent on server state) — unless the caller said never to go upstream. The
+        answer says ``reason`` in its bypass header; its cost is still recorded."""
         if control.mode == "only-if-cached":
             self.stats.add("misses")
             message = "cachekit: this request cannot be answered from the cache (x-cachekit: only-if-cached)"
@@ -868,7 +918,7 @@ class Pipeline:
         except PrefixLintError as exc:
             return self._refused(request, route.dialect, exc)
         response = yield Send(request)
-        tagged = self._tag(response, "bypass", None, applied)
+        tagged = self._tag(response, "bypass", None, applied, reason=reason)
         if not 200 <= response.status_code < 300:
             return tagged
         if applied is not None:
@@ -1017,6 +1067,16 @@ class Pipeline:
                 body=response.content,
                 created_at=self._clock(),
             )
+            if (why := incomplete_answer(route.dialect, document)) is not None:
+                # A 2xx that is not a complete answer (a gateway's {"error": ...}, a Responses status
+                # other than completed): passed on untouched and accounted (it may be paid for),
+                # never stored, so the next identical request asks again.
+                self.stats.add("incomplete_answers")
+                logger.debug(
+                    "not a complete %s answer (%s); not stored (key=%s)", route.dialect, why, key[-16:]
+                )
+                self._account(call, answer, None, document, applied=applied)
+                return self._tag(response, "miss", key, applied, semantic)
             stored = replace(answer, body=self._unechoed(route.dialect, "json", answer.body))
             if self.breaker.allow():
                 try:
@@ -1131,7 +1191,8 @@ class Pipeline:
         """``lint="raise"``: the call is answered here with a 400 that names the findings (the SDKs
         raise their BadRequestError, and do not retry); nothing goes upstream."""
         self.stats.add("lint_refusals")
-        return self._synthetic(request, dialect, 400, "invalid_request_error", f"cachekit: {exc}")
+        message = f"cachekit: {exc}"
+        return self._synthetic(request, dialect, 400, "invalid_request_error", message, reason="lint")
 
     def _shape(
         self,
@@ -1371,22 +1432,34 @@ class Pipeline:
         key: str | None,
         applied: Applied | None = None,
         semantic: _SemanticCall | None = None,
+        *,
+        reason: str | None = None,
     ) -> Response:
         response.headers[CACHE_HEADER] = outcome
         if key is not None:
             response.headers[KEY_HEADER] = key[-16:]
-        for name, value in _miss_headers(applied, semantic):
+        for name, value in (*_miss_headers(applied, semantic), *_reason_header(reason)):
             response.headers[name] = value
         return response
 
     def _synthetic(
-        self, request: Request, dialect: Dialect, status: int, error_type: str, message: str
+        self,
+        request: Request,
+        dialect: Dialect,
+        status: int,
+        error_type: str,
+        message: str,
+        *,
+        reason: str | None = None,
     ) -> Response:
+        """An answer made here: a 504 miss (only-if-cached), or a refusal that bypasses the cache for
+        ``reason`` (a bad control header, lint)."""
         # x-should-retry: false stops the SDKs from retrying an answer that cannot change.
         headers = [
             ("content-type", "application/json"),
             ("x-should-retry", "false"),
-            (CACHE_HEADER, "miss" if status == 504 else "bypass"),
+            (CACHE_HEADER, "bypass" if reason is not None else "miss"),
+            *_reason_header(reason),
         ]
         content = orjson.dumps(error_body(dialect, error_type, message))
         return build_response(library_of(request), status, headers, content)

@@ -3,8 +3,9 @@
 Pure functions and small state machines, no I/O. The transport uses them to
 
 * **record** a streamed response while it passes to the caller (:class:`StreamRecorder`) and keep
-  it only when it is *complete*: it reached its dialect's terminator, carried no error event, and
-  nothing but blank lines or comments follows the terminator;
+  it only when it is *complete*: it reached its dialect's terminator, carried no error event,
+  nothing but blank lines or comments follows the terminator, and the message it assembles is a
+  complete answer (:func:`cachekit.providers.answers.incomplete_answer`: a stop reason, ...);
 * **cross-serve** one cache entry to both request forms: a stored stream becomes the provider's
   non-streaming body (:func:`assemble`), a stored body becomes the stream the provider would have
   sent (:func:`synthesize`), a stored stream is replayed to a streaming request (:func:`restream`).
@@ -44,6 +45,7 @@ from typing import Any
 import orjson
 
 from cachekit._types import Dialect
+from cachekit.providers.answers import incomplete_answer
 
 __all__ = ["SSEDecoder", "SSEEvent", "StreamError", "StreamRecorder", "assemble", "restream", "synthesize"]
 
@@ -194,7 +196,8 @@ class StreamRecorder:
         """At end of stream: the raw bytes as received if the stream is complete, else ``None``.
 
         Complete means: it reached the dialect's terminator, carried no error event, has nothing but
-        blank lines and comments after the terminator, and :func:`assemble` accepts it.
+        blank lines and comments after the terminator, :func:`assemble` accepts it, and what it
+        assembles is a complete answer of the dialect (the check stored documents pass too).
         """
         if self._result is None:
             self._result = (self._check(),)
@@ -207,7 +210,11 @@ class StreamRecorder:
         raw = b"".join(self._chunks)
         self._chunks = [raw]
         try:
-            assemble(self._dialect, raw)
+            # The same definition of a complete answer as a stored document's (a proxy may close the
+            # stream with its terminator after the model stopped mid-answer).
+            why = incomplete_answer(self._dialect, assemble(self._dialect, raw))
+            if why is not None:
+                raise StreamError(f"not a complete answer: {why}")
         except StreamError as exc:
             # The reason only: the stream's content is the user's data and never logged.
             logger.debug("stream not storable (%s): %s", self._dialect, exc)

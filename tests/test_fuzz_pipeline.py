@@ -11,7 +11,10 @@ every response against an oracle written from the documented contract:
 2. a non-2xx answer is never stored;
 3. a bad ``x-cachekit`` / ``x-cachekit-ttl`` value is the caller's error: a 400 from cachekit in the
    endpoint's own error shape, with no upstream call;
-4. a 2xx answer is stored at most once, and the identical request again is a hit with the same body.
+4. a 2xx answer is stored at most once, and only when it is a complete answer of its API (a JSON
+   document as docs/exact.md defines one: a stop reason, ...); the identical request again is then
+   a hit with the same body;
+5. a request that cachekit says depends on server state or live data is a bypass like any other.
 
 Bodies: random JSON values, valid requests with one mutated field (wrong types, integers beyond 64
 bits, NaN-ish strings, lone surrogates, deep nesting), random bytes (invalid UTF-8 too) and empty
@@ -415,6 +418,27 @@ def json_object(content_type: str | None, body: bytes) -> dict[str, Any] | None:
     return value
 
 
+def complete_answer(endpoint: str, content: bytes) -> bool:
+    """The oracle's reading of docs/exact.md's table of complete answers, per endpoint."""
+    data = orjson.loads(content)
+    if not isinstance(data, dict) or data.get("error") is not None:
+        return False
+    if endpoint == "anthropic":
+        kept = data.get("type") == "message" and isinstance(data.get("content"), list)
+        return kept and data.get("stop_reason") is not None
+    if endpoint == "chat":
+        choices = data.get("choices")
+        return (
+            isinstance(choices, list)
+            and len(choices) > 0
+            and all(
+                isinstance(c, dict) and None not in (c.get("message"), c.get("finish_reason"))
+                for c in choices
+            )
+        )
+    return data.get("status") == "completed" and isinstance(data.get("output"), list)
+
+
 def _is_json(content: bytes) -> bool:
     try:
         orjson.loads(content)
@@ -498,8 +522,11 @@ def check(
         assert answers == []
         assert writes == []
         return entry
-    if body is None or mode == "bypass":
-        # Not a JSON object, or a bypass: sent upstream as it is, never stored.
+    stateful = response.headers.get("x-cachekit-bypass-reason", "").startswith(
+        ("server-state:", "live-data:")
+    )
+    if body is None or mode == "bypass" or (tag == "bypass" and stateful):
+        # Not a JSON object, a bypass, or a request on server state: sent upstream as it is, never stored.
         assert tag == "bypass"
         [answer] = answers
         assert (response.status_code, response.content) == (answer.status, answer.body)
@@ -546,7 +573,7 @@ def check(
             assert len(writes) == 1  # a complete stream from the provider is stored
         event(f"miss 2xx sse stored={bool(writes)}")
         return Entry(answer.status, answer.body, "sse", lasting) if writes else entry
-    if media == "application/json" and _is_json(answer.body):
+    if media == "application/json" and _is_json(answer.body) and complete_answer(case.endpoint, answer.body):
         assert len(writes) == 1
         event(f"miss 2xx json stored scripted={answer.scripted}")
         return Entry(answer.status, answer.body, "json", lasting)

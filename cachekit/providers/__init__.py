@@ -3,11 +3,15 @@
 A request is *routed* when its method and path name an endpoint cachekit understands (Anthropic
 Messages, OpenAI Chat Completions or Responses). The provider is then recognized from the host, so an
 OpenAI-compatible endpoint (DeepSeek, Kimi, GLM, Bailian, Gemini, xAI) is cached with the dialect it
-speaks. Anything else is not routed and passes through untouched.
+speaks. Anything else is not routed and passes through untouched. A routed request that depends on
+state outside its body (a Responses ``conversation``, a live web search, ...) is never cached:
+:func:`server_state` says why (:mod:`cachekit.providers.state`). Only a complete answer of its dialect
+is stored: :func:`incomplete_answer` (:mod:`cachekit.providers.answers`).
 """
 
 from __future__ import annotations
 
+from cachekit.providers.answers import incomplete_answer
 from cachekit.providers.registry import (
     CREDENTIAL_HEADERS,
     PROVIDERS,
@@ -16,5 +20,15 @@ from cachekit.providers.registry import (
     error_body,
     route_request,
 )
+from cachekit.providers.state import server_state
 
-__all__ = ["CREDENTIAL_HEADERS", "PROVIDERS", "Provider", "Route", "error_body", "route_request"]
+__all__ = [
+    "CREDENTIAL_HEADERS",
+    "PROVIDERS",
+    "Provider",
+    "Route",
+    "error_body",
+    "incomplete_answer",
+    "route_request",
+    "server_state",
+]
