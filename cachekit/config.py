@@ -63,8 +63,17 @@ class CacheConfig:
         enabled: turn the response cache off while keeping canonical bodies.
         ttl: seconds an entry lives (``None``: until evicted).
         namespace: a label that separates entries (per app, per test suite); part of every key.
-        tenant: an explicit partition that replaces the credential's HMAC.
+        tenant: an explicit partition that replaces the credential's HMAC: the application's own
+            choice, so every API key of this client shares its entries (and a revoked key still reads
+            them). A per-request tenant only narrows it (see ``trust_tenant_header``).
         share_across_credentials: let different API keys share entries (opt-in).
+        trust_tenant_header: let a per-request tenant (the ``x-cachekit-tenant`` header,
+            ``cachekit.policy(tenant=...)``, ``@cachekit.cached(tenant=...)``) select the partition by
+            itself, shared by every API key that names it (opt-in). By default (``False``) any code on
+            the request path can set one, so it only narrows the partition this client's settings give
+            (the credential's HMAC, ``tenant`` or ``shared``): it never reaches another key's or
+            tenant's entries. Turn it on only when nothing untrusted can set the header (see
+            docs/security.md).
         tool_order: ``keep`` the caller's tool order, or ``sort`` tools by name.
         normalize_whitespace: opt-in CRLF → LF and trailing-whitespace stripping in prose.
         ignore_fields: top-level body fields left out of the key (opt-out; e.g. ``metadata``).
@@ -128,6 +137,7 @@ class CacheConfig:
     namespace: str = "default"
     tenant: str | None = None
     share_across_credentials: bool = False
+    trust_tenant_header: bool = False
     tool_order: ToolOrder = "keep"
     normalize_whitespace: bool = False
     ignore_fields: frozenset[str] = field(default_factory=frozenset)
@@ -162,6 +172,8 @@ class CacheConfig:
             # "" would be an explicit tenant that every credential shares, while an empty
             # x-cachekit-tenant header or policy(tenant="") means "no tenant": refuse the ambiguity.
             raise ConfigError("tenant must be a non-empty string or None (None: partition by credential)")
+        if not isinstance(self.trust_tenant_header, bool):
+            raise ConfigError(f"trust_tenant_header must be True or False, not {self.trust_tenant_header!r}")
         if self.price_as is not None and (not isinstance(self.price_as, str) or not self.price_as.strip()):
             raise ConfigError(f"price_as must be a provider name such as 'anthropic', not {self.price_as!r}")
         if self.breakpoints not in ("auto", "off"):
@@ -189,8 +201,10 @@ class CacheConfig:
         """Build a config from ``CACHEKIT_*`` variables, then apply ``overrides``.
 
         Reads ``CACHEKIT_CACHE_URL`` (store), ``CACHEKIT_ENABLED`` (``0``/``false`` turns the cache off),
-        ``CACHEKIT_TTL`` (seconds), ``CACHEKIT_NAMESPACE``, ``CACHEKIT_ON_CACHE_ERROR`` and
-        ``CACHEKIT_ENCRYPTION_KEYS`` (``kid:base64key,...``).
+        ``CACHEKIT_TTL`` (seconds), ``CACHEKIT_NAMESPACE``, ``CACHEKIT_ON_CACHE_ERROR``,
+        ``CACHEKIT_ENCRYPTION_KEYS`` (``kid:base64key,...``) and ``CACHEKIT_TRUST_TENANT_HEADER``
+        (``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``; anything else is refused, as
+        it widens who shares entries).
         """
         config = cls()
         env = os.environ
@@ -209,4 +223,18 @@ class CacheConfig:
             config = replace(config, on_cache_error=on_error.strip().lower())  # type: ignore[arg-type]
         if keys := env.get("CACHEKIT_ENCRYPTION_KEYS"):
             config = replace(config, encryption_keys=keys)
+        if (trust := env.get("CACHEKIT_TRUST_TENANT_HEADER")) is not None:
+            config = replace(config, trust_tenant_header=_env_flag("CACHEKIT_TRUST_TENANT_HEADER", trust))
         return replace(config, **overrides)  # type: ignore[arg-type]  # checked by __post_init__
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+def _env_flag(name: str, value: str) -> bool:
+    """A boolean environment variable, strictly: a typo must not silently pick either side."""
+    word = value.strip().lower()
+    if word not in _TRUE | _FALSE:
+        raise ConfigError(f"{name} must be 1/true/yes/on or 0/false/no/off, not {value!r}")
+    return word in _TRUE

@@ -25,8 +25,10 @@ __all__ = [
     "digest_fields",
     "exact_key",
     "key_prefix",
+    "narrowed_partition",
     "parse_key",
     "partition_for",
+    "partition_names_tenant",
     "store_key",
     "tenant_partition",
 ]
@@ -40,6 +42,9 @@ _EXACT_DOMAIN = b"cachekit/exact/v%d" % KEY_SCHEMA
 EXACT_KIND = f"ck{KEY_SCHEMA}"
 MEMO_KIND = "ckm2"
 _KINDS = frozenset({EXACT_KIND, MEMO_KIND})
+
+_TENANT = "tenant:"
+_NARROWED = "tenant="
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +89,29 @@ def key_prefix(kind: str, namespace: str | None = None, partition: str | None = 
 
 
 def tenant_partition(tenant: str) -> PartitionId:
-    """The partition of an explicit tenant label."""
-    return PartitionId("tenant:" + tenant)
+    """The partition of an explicit tenant label (configured, or a trusted per-request tenant)."""
+    return PartitionId(_TENANT + tenant)
+
+
+def narrowed_partition(base: str, tenant: str) -> PartitionId:
+    """The sub-partition of ``base`` that a per-request ``tenant`` label names.
+
+    ``tenant=<label, percent-encoded>@<base>``: the label is encoded, so the first ``@`` ends it, and
+    no other partition starts with ``tenant=`` (explicit tenants start with ``tenant:``), so two
+    different (base, label) pairs never give one partition and no label reaches another base's
+    entries, whatever characters labels hold.
+    """
+    return PartitionId(f"{_NARROWED}{quote(tenant, safe='')}@{base}")
+
+
+def partition_names_tenant(partition: str, tenant: str) -> bool:
+    """Whether ``partition`` holds entries of ``tenant``: as its explicit tenant, as a per-request
+    tenant narrowing another partition, or as the explicit tenant such a narrowing starts from."""
+    while partition.startswith(_NARROWED):
+        label, _, partition = partition[len(_NARROWED) :].partition("@")
+        if unquote(label) == tenant:
+            return True
+    return partition == _TENANT + tenant
 
 
 def digest_fields(fields: Iterable[bytes], *, domain: bytes, secret: bytes | None = None) -> str:
@@ -109,17 +135,35 @@ def partition_for(
     credential_headers: Iterable[str],
     tenant: str | None,
     share_across_credentials: bool,
+    request_tenant: str | None = None,
+    trust_request_tenant: bool = False,
 ) -> PartitionId:
     """The partition a request's entries live in.
 
-    An explicit tenant wins; sharing across credentials is opt-in; otherwise the partition is an HMAC
-    of the credential keyed by the store's secret, so two API keys never share entries and the raw
-    credential is never stored, logged or usable to find entries without the store.
+    The client's own settings give the base: its configured ``tenant`` (the application's choice,
+    shared across credentials), else ``shared`` when sharing across credentials is opted in, else an
+    HMAC of the credential keyed by the store's secret, so two API keys never share entries and the
+    raw credential is never stored, logged or usable to find entries without the store.
+
+    A ``request_tenant`` (the ``x-cachekit-tenant`` header, ``cachekit.policy(tenant=)``,
+    ``@cachekit.cached(tenant=)``) can be set by any code on the request path, so by default it only
+    narrows that base (:func:`narrowed_partition`): it never reaches another credential's or tenant's
+    entries. With ``trust_request_tenant`` it names the partition by itself, as a configured tenant.
     """
+    if request_tenant and trust_request_tenant:
+        return tenant_partition(request_tenant)
     if tenant is not None:
-        return tenant_partition(tenant)
-    if share_across_credentials:
-        return PartitionId("shared")
+        base = tenant_partition(tenant)
+    elif share_across_credentials:
+        base = PartitionId("shared")
+    else:
+        base = _credential_partition(headers, secret, credential_headers)
+    return narrowed_partition(base, request_tenant) if request_tenant else base
+
+
+def _credential_partition(
+    headers: Mapping[str, str], secret: bytes, credential_headers: Iterable[str]
+) -> PartitionId:
     # Every credential header present counts (a gateway may send a fixed x-api-key and a per-user
     # bearer token): each name and value goes into one HMAC, length-prefixed, in a fixed order.
     present = sorted((name, headers[name]) for name in set(credential_headers) if headers.get(name))

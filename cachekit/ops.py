@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachekit.errors import ConfigError, StoreError
-from cachekit.keys import EXACT_KIND, MEMO_KIND, KeyParts, key_prefix, parse_key, tenant_partition
+from cachekit.keys import EXACT_KIND, MEMO_KIND, KeyParts, key_prefix, parse_key, partition_names_tenant
 from cachekit.stores.base import EntryInfo, Inspectable, Store, is_inspectable
 
 __all__ = ["Health", "NamespaceStats", "StoreStats", "health", "purge", "store_stats"]
@@ -101,7 +101,8 @@ def purge(
     """Delete the cachekit entries that match every filter given; return how many matched.
 
     Args:
-        tenant: entries of this explicit tenant (``CacheConfig(tenant=...)``, ``x-cachekit-tenant``).
+        tenant: entries of this tenant, whichever way it was named (``CacheConfig(tenant=...)``,
+            ``x-cachekit-tenant``, ``cachekit.policy(tenant=...)``) and under whichever API key.
         namespace: entries of this namespace.
         older_than: entries written more than this many seconds ago (entries whose write time the
             store does not know are kept).
@@ -115,12 +116,11 @@ def purge(
     if older_than is not None and not 0 <= older_than < math.inf:
         raise ConfigError(f"older_than must be a finite number of seconds >= 0, not {older_than!r}")
     target = _inspectable(store)
-    partition = tenant_partition(tenant) if tenant is not None else None
     cutoff = clock() - older_than if older_than is not None else None
     doomed: list[str] = []
     matched = 0
     for info, parts in _entries(target, namespace):
-        if parts is None or (partition is not None and parts.partition != partition):
+        if parts is None or (tenant is not None and not partition_names_tenant(parts.partition, tenant)):
             continue
         if cutoff is not None and (info.created_at is None or info.created_at > cutoff):
             continue

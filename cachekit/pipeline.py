@@ -33,7 +33,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -41,7 +41,7 @@ import orjson
 
 from cachekit import canonical, echo, sse
 from cachekit._http import Request, Response, build_response, library_of, rebuild_request
-from cachekit._types import CacheOutcome, Dialect
+from cachekit._types import CacheOutcome, Dialect, PartitionId
 from cachekit.blocks import Block, prompt_blocks
 from cachekit.breaker import CircuitBreaker
 from cachekit.config import MODES, CacheConfig, Mode
@@ -50,7 +50,7 @@ from cachekit.cost.ledger import Ledger, Outcome
 from cachekit.cost.usage import usage_of_body
 from cachekit.errors import CacheUnavailableError, CorruptEntryError, StoreError, StoreUnavailableError
 from cachekit.flights import Flight, Flights
-from cachekit.keys import exact_key, partition_for
+from cachekit.keys import EXACT_KIND, exact_key, key_prefix, partition_for
 from cachekit.lint import PrefixLinter, PrefixLintError, lint_request
 from cachekit.planner import Applied, PlanError, Planner, stable_first
 from cachekit.providers import (
@@ -63,6 +63,7 @@ from cachekit.providers import (
     server_state,
 )
 from cachekit.semantic.base import DimensionMismatchError
+from cachekit.semantic.binding import EntryBinding
 from cachekit.stores import record
 
 if TYPE_CHECKING:
@@ -240,6 +241,7 @@ class _Control:
 
     mode: Mode
     ttl: float | None
+    #: The tenant label (for the ledger): the request's own, else the client's configured one.
     tenant: str | None
     namespace: str
     site: str | None
@@ -250,6 +252,9 @@ class _Control:
     breakpoints: bool = True
     #: ``x-cachekit-conversation``: the conversation lint compares this request with.
     conversation: str | None = None
+    #: The per-request tenant (header, else call site): it narrows the client's partition unless
+    #: ``trust_tenant_header`` lets it select one (:func:`cachekit.keys.partition_for`).
+    request_tenant: str | None = None
 
 
 def _json_content(request: Request, headers: dict[str, str]) -> bytes | None:
@@ -343,6 +348,8 @@ class _Call:
     #: Everything outside the body that the exact key covers (namespace, partition, endpoint, query,
     #: answer-changing headers, the store): the semantic partition covers it too.
     scope: tuple[str, ...] = ()
+    #: Binds the semantic index entries this request may be served to its partition.
+    binding: EntryBinding | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,7 +376,7 @@ def _read_control(headers: dict[str, str], config: CacheConfig, context: CallPol
             ttl = -1.0
         if not ttl > 0:
             raise _BadControl(f"x-cachekit-ttl must be a positive number of seconds, not {raw_ttl!r}")
-    tenant = headers.get(CONTROL_PREFIX + "-tenant") or context.tenant or config.tenant
+    request_tenant = headers.get(CONTROL_PREFIX + "-tenant") or context.tenant or None
     namespace = headers.get(CONTROL_PREFIX + "-namespace") or context.namespace or config.namespace
     semantic, threshold = context.semantic, None
     if (raw_semantic := headers.get(CONTROL_PREFIX + "-semantic")) is not None:
@@ -383,13 +390,14 @@ def _read_control(headers: dict[str, str], config: CacheConfig, context: CallPol
     return _Control(
         mode,  # type: ignore[arg-type]
         ttl,  # type: ignore[arg-type]
-        tenant,
+        request_tenant or config.tenant,
         namespace,
         context.site,
         semantic,
         threshold,
         breakpoints,
         headers.get(CONTROL_PREFIX + "-conversation") or None,
+        request_tenant=request_tenant,
     )
 
 
@@ -644,12 +652,12 @@ class Pipeline:
             return (yield from self._uncached(request, route, control, upstream, reason="store-unavailable"))
         key, partition = keyed
         # Only built for requests that may use the semantic layer: every request passes here.
-        scope = (
+        scope, binding = (
             self._semantic_scope(request, headers, route, control, partition)
             if self._wants_semantic(control)
-            else ()
+            else ((), None)
         )
-        call = _Call(key, route, seen.form, control, seen.model, partition, scope)
+        call = _Call(key, route, seen.form, control, seen.model, partition, scope, binding)
         flight: Flight | None = None
         semantic: _SemanticCall | None = None
         if control.mode != "refresh":
@@ -774,9 +782,10 @@ class Pipeline:
 
     def _semantic_scope(
         self, request: Request, headers: dict[str, str], route: Route, control: _Control, partition: str
-    ) -> tuple[str, ...]:
+    ) -> tuple[tuple[str, ...], EntryBinding]:
         """What bounds a semantic partition besides the body: everything else the exact key covers,
-        plus an HMAC of the store's secret (partition ids are then unguessable and store-specific)."""
+        plus an HMAC of the store's secret (partition ids are then unguessable and store-specific);
+        and the binding of index entries to this partition, under the same secret."""
         secret = self._secret or b""
         if self._store_tag is None or self._store_tag[0] != secret:  # the secret may be re-read
             self._store_tag = (
@@ -784,7 +793,7 @@ class Pipeline:
                 hmac.new(secret, b"cachekit/semantic-scope", hashlib.sha256).hexdigest(),
             )
         store_tag = self._store_tag[1]
-        return (
+        scope = (
             control.namespace,
             partition,
             route.base_url,
@@ -793,6 +802,8 @@ class Pipeline:
             *(f"{name}:{headers.get(name, '')}" for name in route.key_headers),
             store_tag,
         )
+        # A hit may only serve an answer of this request's own exact partition.
+        return scope, EntryBinding(secret, key_prefix(EXACT_KIND, control.namespace, partition))
 
     def _semantic_find(
         self,
@@ -810,7 +821,8 @@ class Pipeline:
         With ``search=False`` (a refresh) only the question is embedded, to index the fresh answer.
         """
         parsed = body if body is not None else _parse_object(request.content)
-        if parsed is None:
+        binding = call.binding
+        if parsed is None or binding is None:
             return None, None
         if not self.semantic_breaker.allow():
             self.stats.add("semantic_skips")
@@ -825,7 +837,7 @@ class Pipeline:
                 options=self._options,
                 ignore_fields=self.config.ignore_fields,
             )
-            return None if prepared is None else layer.lookup(prepared, threshold, search=search)
+            return None if prepared is None else layer.lookup(prepared, binding, threshold, search=search)
 
         try:
             found: Lookup | None = yield Offload(lambda: layer.run(look))
@@ -1179,13 +1191,21 @@ class Pipeline:
 
     def _plan_partition(self, request: Request, control: _Control) -> str:
         """The planner's and lint's partition for a call without a cache key (bypassed, cache off, store
-        down): the tenant, else a salted digest of the credentials, so tenants never share their state."""
-        if control.tenant:
-            return "t:" + control.tenant
-        hasher = hashlib.blake2b(self._plan_salt, digest_size=16)
-        for name in self._credential_headers:
-            hasher.update(name.encode() + b"\0" + request.headers.get(name, "").encode() + b"\0")
-        return "c:" + hasher.hexdigest()
+        down): the cache's partition rules with a per-process salt for the store's secret, so tenants
+        and credentials never share their state."""
+        return self._partition(request.headers, control, self._plan_salt)
+
+    def _partition(self, headers: Mapping[str, str], control: _Control, secret: bytes) -> PartitionId:
+        """The partition of a request (see :func:`cachekit.keys.partition_for`)."""
+        return partition_for(
+            headers,
+            secret=secret,
+            credential_headers=self._credential_headers,
+            tenant=self.config.tenant,
+            share_across_credentials=self.config.share_across_credentials,
+            request_tenant=control.request_tenant,
+            trust_request_tenant=self.config.trust_tenant_header,
+        )
 
     def _refused(self, request: Request, dialect: Dialect, exc: PrefixLintError) -> Response:
         """``lint="raise"``: the call is answered here with a 400 that names the findings (the SDKs
@@ -1297,13 +1317,7 @@ class Pipeline:
         secret = self._current_secret()
         if secret is None:
             return None
-        partition = partition_for(
-            headers,
-            secret=secret,
-            credential_headers=self._credential_headers,
-            tenant=control.tenant,
-            share_across_credentials=self.config.share_across_credentials,
-        )
+        partition = self._partition(headers, control, secret)
         key = exact_key(
             namespace=control.namespace,
             partition=partition,

@@ -15,15 +15,18 @@ from tests.requests import anthropic_messages, openai_chat
 
 
 def test_tenant_from_the_decorator_partitions_calls(harness: Harness) -> None:
-    one = harness.sdk("anthropic", api_key="sk-one")
-    two = harness.sdk("anthropic", api_key="sk-two")
+    trusted = cachekit.CacheConfig(store=harness.store, trust_tenant_header=True)
+    one = harness.sdk("anthropic", api_key="sk-one", cache=trusted)
+    two = harness.sdk("anthropic", api_key="sk-two", cache=trusted)
 
     @cachekit.cached(tenant="acme")
     def ask(sdk: Any) -> Any:
         return sdk.call("messages.with_raw_response.create", **anthropic_messages())
 
     assert ask(one).headers["x-cachekit-cache"] == "miss"
-    assert ask(two).headers["x-cachekit-cache"] == "hit"  # same tenant, other key: shared on purpose
+    # Same tenant, other key: shared, because this client trusts per-call tenants (by default a
+    # per-call tenant only narrows the key's partition: tests/test_tenant_header.py).
+    assert ask(two).headers["x-cachekit-cache"] == "hit"
     outside = two.call("messages.with_raw_response.create", **anthropic_messages())
     assert outside.headers["x-cachekit-cache"] == "miss"  # outside the decorator: the key's own partition
 

@@ -2,12 +2,15 @@
 
 Two callers ("scopes") share one store. Each scope has an API key (or none), explicit tenants set three
 ways (``CacheConfig(tenant=...)``, the ``x-cachekit-tenant`` header, ``cachekit.policy(tenant=...)``),
-namespaces set the same three ways, and ``share_across_credentials``. An entry written by one scope
-is served to the other exactly when both resolve to the same namespace and partition:
+namespaces set the same three ways, ``share_across_credentials`` and ``trust_tenant_header``. An entry
+written by one scope is served to the other exactly when both resolve to the same namespace and
+partition:
 
-* the partition is the effective tenant (header, else policy, else config) when there is one; else
-  ``shared`` when sharing across credentials is on; else the credential (``x-api-key`` for Anthropic,
-  ``Authorization: Bearer`` for OpenAI), or ``anonymous`` without one;
+* the client's base partition is its configured tenant; else ``shared`` when sharing across
+  credentials is on; else the credential (``x-api-key`` for Anthropic, ``Authorization: Bearer`` for
+  OpenAI), or ``anonymous`` without one;
+* a per-request tenant (header, else policy) narrows that base to a sub-partition of its own, unless
+  the client trusts it (``trust_tenant_header``): then it is the partition, as a configured tenant;
 * the namespace is the header's, else the policy's, else the config's (``default``).
 
 The raw credential never appears in a stored key or value, a response header, or a log record.
@@ -93,19 +96,27 @@ class Scope:
     config_namespace: str | None = None
     header_namespace: str | None = None
     policy_namespace: str | None = None
+    trust: bool = False
 
     @property
-    def tenant(self) -> str | None:
-        return self.header_tenant or self.policy_tenant or self.config_tenant
+    def request_tenant(self) -> str | None:
+        return self.header_tenant or self.policy_tenant
 
     @property
     def namespace(self) -> str:
         return self.header_namespace or self.policy_namespace or self.config_namespace or "default"
 
     @property
-    def partition(self) -> tuple[str, ...]:
-        if self.tenant is not None:
-            return ("tenant", self.tenant)
+    def partition(self) -> tuple[Any, ...]:
+        if self.request_tenant is not None and self.trust:
+            return ("tenant", self.request_tenant)
+        base = self.base_partition
+        return base if self.request_tenant is None else ("within", base, self.request_tenant)
+
+    @property
+    def base_partition(self) -> tuple[str, ...]:
+        if self.config_tenant is not None:
+            return ("tenant", self.config_tenant)
         if self.share:
             return ("shared",)
         if self.api_key is not None:
@@ -118,7 +129,11 @@ class Scope:
         return (self.namespace, self.partition)
 
     def config(self, layer: Layer, store: MemoryStore) -> cachekit.CacheConfig:
-        fields: dict[str, Any] = {"share_across_credentials": self.share, "tenant": self.config_tenant}
+        fields: dict[str, Any] = {
+            "share_across_credentials": self.share,
+            "tenant": self.config_tenant,
+            "trust_tenant_header": self.trust,
+        }
         if self.config_namespace is not None:
             fields["namespace"] = self.config_namespace
         return layer.config(store, **fields)
@@ -156,6 +171,7 @@ def scopes(*, sdk: bool) -> st.SearchStrategy[Scope]:
         config_namespace=maybe(NAMESPACES + UNICODE),
         header_namespace=maybe(NAMESPACES),
         policy_namespace=maybe(NAMESPACES + UNICODE),
+        trust=st.booleans(),
     )
 
 
@@ -378,26 +394,32 @@ CASES = {
         Scope(A, config_tenant="globex"),
         False,
     ),
-    "same header tenant, different keys": (
-        Scope(A, header_tenant="acme"),
+    "trusted on one side only": (
+        Scope(A, header_tenant="acme", trust=True),
         Scope(B, header_tenant="acme"),
-        True,
+        False,
     ),
     "different header tenants": (Scope(A, header_tenant="acme"), Scope(A, header_tenant="globex"), False),
-    "same policy tenant, different keys": (
-        Scope(A, policy_tenant="acme"),
-        Scope(B, policy_tenant="acme"),
+    "same header tenant, same key": (Scope(A, header_tenant="acme"), Scope(A, header_tenant="acme"), True),
+    "different policy tenants": (Scope(A, policy_tenant="acme"), Scope(A, policy_tenant="globex"), False),
+    "header and policy, one label": (
+        Scope(A, policy_tenant="a"),
+        Scope(A, header_tenant="a"),
         True,
     ),
-    "different policy tenants": (Scope(A, policy_tenant="acme"), Scope(A, policy_tenant="globex"), False),
-    "tenant set three ways": (Scope(A, config_tenant="acme"), Scope(B, header_tenant="acme"), True),
-    "header tenant wins over config": (
+    "tenant set three ways": (Scope(A, config_tenant="a"), Scope(B, header_tenant="a", trust=True), True),
+    "header tenant within the config tenant": (
         Scope(A, config_tenant="acme", header_tenant="globex"),
         Scope(A, config_tenant="acme"),
         False,
     ),
-    "policy tenant wins over config": (
+    "policy tenant cannot leave the config tenant": (
         Scope(A, config_tenant="acme", policy_tenant="globex"),
+        Scope(B, config_tenant="globex"),
+        False,
+    ),
+    "trusted policy tenant wins over config": (
+        Scope(A, config_tenant="acme", policy_tenant="globex", trust=True),
         Scope(B, config_tenant="globex"),
         True,
     ),
@@ -433,6 +455,21 @@ CASES = {
         False,
     ),
 }
+# A per-request tenant narrows the key's partition, since any code can set it, unless the client trusts
+# it (issue 15, item 11). With a configured tenant it narrows that tenant's partition, for every key.
+for _way in ("header", "policy"):
+    for _trust in (False, True):
+        _tenant = {f"{_way}_tenant": "acme", "trust": _trust}
+        CASES[f"same {'trusted ' * _trust}{_way} tenant, different keys"] = (
+            Scope(A, **_tenant),
+            Scope(B, **_tenant),
+            _trust,
+        )
+        CASES[f"{_way} tenant in one config tenant, {'trusted' if _trust else 'different keys'}"] = (
+            Scope(A, config_tenant="x", **_tenant),
+            Scope(B, config_tenant="x", **_tenant),
+            True,
+        )
 
 
 @pytest.mark.parametrize("flavor", FLAVORS)

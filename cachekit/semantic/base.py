@@ -1,8 +1,9 @@
 """The protocols of the semantic cache: embedders, vector indexes, and what a lookup returns.
 
 A semantic entry points at an exact-cache entry: the index keeps, per partition, the embedding of the
-last user question, the question's text (the guards compare it with a new question) and the key of the
-stored response in the exact store. A hit serves that stored response.
+last user question, the question's text (the guards compare it with a new question), the key of the
+stored response in the exact store and a MAC binding them to the partition
+(:mod:`cachekit.semantic.binding`). A hit serves that stored response.
 
 Vectors are ``numpy`` arrays of ``float32``, L2-normalized, so cosine similarity is a dot product and
 lies in [-1, 1] — the one similarity scale used everywhere in cachekit (Redis ``VSIM`` reports
@@ -79,6 +80,8 @@ class Candidate:
     similarity: float
     #: The stored question's text (compared with the query by the guards).
     text: str
+    #: The MAC the entry was added with (``""``: none); checked before the entry may be served.
+    mac: str = ""
 
 
 @runtime_checkable
@@ -94,8 +97,11 @@ class VectorIndex(Protocol):
         """Up to ``k`` live entries of ``partition`` with similarity >= ``min_similarity``, best first."""
         ...
 
-    def add(self, partition: str, entry_key: str, vector: Vector, text: str, *, ttl: float | None) -> None:
-        """Add (or replace) the entry for ``entry_key`` in ``partition``."""
+    def add(
+        self, partition: str, entry_key: str, vector: Vector, text: str, *, ttl: float | None, mac: str = ""
+    ) -> None:
+        """Add (or replace) the entry for ``entry_key`` in ``partition``; ``mac`` is kept with it and
+        returned as :attr:`Candidate.mac` (an index that drops it never serves a hit)."""
         ...
 
     def remove(self, partition: str, entry_key: str) -> None:
@@ -122,7 +128,7 @@ class AsyncVectorIndex(Protocol):
         ...
 
     async def aadd(
-        self, partition: str, entry_key: str, vector: Vector, text: str, *, ttl: float | None
+        self, partition: str, entry_key: str, vector: Vector, text: str, *, ttl: float | None, mac: str = ""
     ) -> None:
         """See :meth:`VectorIndex.add`."""
         ...

@@ -1,8 +1,8 @@
 """The in-process vector index (numpy): the embedded default.
 
 Per partition, a growing ``float32`` matrix of unit rows (capacity doubles, so appends are amortized
-O(1), and halves when it is three-quarters empty), the entry keys and question texts of the rows, and
-their expiry times. A search is one matrix-vector product over the partition, then the live rows at
+O(1), and halves when it is three-quarters empty), the entry keys, question texts and MACs of the rows,
+and their expiry times. A search is one matrix-vector product over the partition, then the live rows at
 or above the threshold, the best ``k`` picked with ``argpartition``. Removing a row moves the last row
 into its place, so the matrix stays dense.
 
@@ -80,7 +80,7 @@ def positive_int(value: object, name: str) -> int:
 class _Partition:
     """The rows of one partition. Not locked: the index holds its lock around every call."""
 
-    __slots__ = ("dim", "expires", "keys", "rows", "texts", "vectors")
+    __slots__ = ("dim", "expires", "keys", "macs", "rows", "texts", "vectors")
 
     def __init__(self, dim: int) -> None:
         import numpy as np
@@ -90,13 +90,14 @@ class _Partition:
         self.expires = np.empty(_INITIAL_ROWS, dtype=np.float64)
         self.keys: list[str] = []
         self.texts: list[str] = []
+        self.macs: list[str] = []
         #: entry key -> row, oldest-added first
         self.rows: OrderedDict[str, int] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self.keys)
 
-    def put(self, key: str, vector: Vector, text: str, expires_at: float) -> None:
+    def put(self, key: str, vector: Vector, text: str, mac: str, expires_at: float) -> None:
         row = self.rows.get(key)
         if row is None:
             row = len(self.keys)
@@ -104,9 +105,11 @@ class _Partition:
                 self._resize(2 * row)
             self.keys.append(key)
             self.texts.append(text)
+            self.macs.append(mac)
             self.rows[key] = row
         else:
             self.texts[row] = text
+            self.macs[row] = mac
             self.rows.move_to_end(key)
         self.vectors[row] = vector
         self.expires[row] = expires_at
@@ -122,9 +125,11 @@ class _Partition:
             self.expires[row] = self.expires[last]
             self.keys[row] = moved
             self.texts[row] = self.texts[last]
+            self.macs[row] = self.macs[last]
             self.rows[moved] = row  # updating a value keeps the key's place in the order
         self.keys.pop()
         self.texts.pop()
+        self.macs.pop()
         capacity = self.vectors.shape[0]
         if capacity > _INITIAL_ROWS and len(self.keys) <= capacity // 4:
             self._resize(max(_INITIAL_ROWS, capacity // 2))
@@ -231,6 +236,7 @@ class MemoryVectorIndex:
                     entry_key=part.keys[i],
                     similarity=min(1.0, max(-1.0, float(sims[i]))),
                     text=part.texts[i],
+                    mac=part.macs[i],
                 )
                 for i in chosen
             ]
@@ -239,8 +245,11 @@ class MemoryVectorIndex:
                     self._drop(partition, part, key)
         return found
 
-    def add(self, partition: str, entry_key: str, vector: Vector, text: str, *, ttl: float | None) -> None:
-        """Add or replace ``entry_key``'s entry; ``ttl`` ``None`` never expires, ``<= 0`` stores nothing.
+    def add(
+        self, partition: str, entry_key: str, vector: Vector, text: str, *, ttl: float | None, mac: str = ""
+    ) -> None:
+        """Add or replace ``entry_key``'s entry (with its ``mac``); ``ttl`` ``None`` never expires,
+        ``<= 0`` stores nothing.
 
         Raises :class:`DimensionMismatchError` when the partition holds vectors of another length.
         """
@@ -258,7 +267,7 @@ class MemoryVectorIndex:
             now = self._clock()
             if part is None:
                 part = self._parts[partition] = _Partition(row.shape[0])
-            part.put(entry_key, row, text, math.inf if ttl is None else now + ttl)
+            part.put(entry_key, row, text, mac, math.inf if ttl is None else now + ttl)
             self._order[(partition, entry_key)] = None
             self._order.move_to_end((partition, entry_key))
             if len(part) > self._cap:

@@ -14,8 +14,10 @@ one slot, where one script covers all three::
     <prefix>{sem:...}:ord                                  sorted set: element -> insertion sequence
 
 An element of the vector set is the first 24 hex digits of sha256(entry key); its attributes are the
-JSON ``{"k": entry key, "t": question text}``. Expiry times come from this process's ``clock`` (epoch
-seconds, as the memory index); an entry without TTL expires at 2**53 ms.
+JSON ``{"k": entry key, "t": question text, "m": MAC}`` (the semantic layer checks the MAC before an
+entry is served: :mod:`cachekit.semantic.binding`; an entry without one is never served). Expiry times
+come from this process's ``clock`` (epoch seconds, as the memory index); an entry without TTL expires at
+2**53 ms.
 
 Atomicity. Every add, removal and search is one Lua script over the partition's three keys (sent as
 ``EVALSHA``, then ``EVAL`` once if the server does not know it yet), so Redis runs it with nothing in
@@ -293,12 +295,15 @@ class RedisVectorIndex(Closing, AsyncClosing):
         reply = self._run("search", _SEARCH_SCRIPT, partition, args, dim)
         return _candidates(reply, k, min_similarity)
 
-    def add(self, partition: str, entry_key: str, vector: Vector, text: str, *, ttl: float | None) -> None:
-        """Add or replace ``entry_key``'s entry; ``ttl`` ``None`` never expires, ``<= 0`` stores nothing.
+    def add(
+        self, partition: str, entry_key: str, vector: Vector, text: str, *, ttl: float | None, mac: str = ""
+    ) -> None:
+        """Add or replace ``entry_key``'s entry (with its ``mac``); ``ttl`` ``None`` never expires,
+        ``<= 0`` stores nothing.
 
         Raises :class:`DimensionMismatchError` when the partition holds vectors of another length.
         """
-        args, dim = self._plan_add(entry_key, vector, text, ttl)
+        args, dim = self._plan_add(entry_key, vector, text, ttl, mac)
         if args is None:
             self.remove(partition, entry_key)
             return
@@ -335,10 +340,10 @@ class RedisVectorIndex(Closing, AsyncClosing):
         return _candidates(reply, k, min_similarity)
 
     async def aadd(
-        self, partition: str, entry_key: str, vector: Vector, text: str, *, ttl: float | None
+        self, partition: str, entry_key: str, vector: Vector, text: str, *, ttl: float | None, mac: str = ""
     ) -> None:
         """See :meth:`add`."""
-        args, dim = self._plan_add(entry_key, vector, text, ttl)
+        args, dim = self._plan_add(entry_key, vector, text, ttl, mac)
         if args is None:
             await self.aremove(partition, entry_key)
             return
@@ -380,7 +385,7 @@ class RedisVectorIndex(Closing, AsyncClosing):
         return [_element(entry_key), repr(self._clock() * 1000).encode()]
 
     def _plan_add(
-        self, entry_key: str, vector: Vector, text: str, ttl: float | None
+        self, entry_key: str, vector: Vector, text: str, ttl: float | None, mac: str
     ) -> tuple[list[bytes] | None, int]:
         """The add script's ARGV and the vector's dimension; ARGV None when only a removal is due."""
         _check_ttl(ttl)
@@ -390,7 +395,7 @@ class RedisVectorIndex(Closing, AsyncClosing):
             return None, dim
         now = self._clock()
         expires_ms = _NEVER_MS if ttl is None else min(_NEVER_MS, (now + ttl) * 1000)
-        attributes = orjson.dumps({"k": entry_key, "t": text})
+        attributes = orjson.dumps({"k": entry_key, "t": text, "m": mac})
         args = [
             _fp32(row),
             _element(entry_key),
@@ -473,12 +478,13 @@ def _candidates(reply: Any, k: int, min_similarity: float) -> list[Candidate]:
             attributes = orjson.loads(raw)
             similarity = 2.0 * float(score) - 1.0
             entry_key, text = attributes["k"], attributes["t"]
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            mac = attributes.get("m", "")  # absent: an entry of a cachekit from before binding
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             continue  # an element cachekit did not write: never a hit
-        if not (isinstance(entry_key, str) and isinstance(text, str)):
+        if not (isinstance(entry_key, str) and isinstance(text, str) and isinstance(mac, str)):
             continue
         similarity = min(1.0, max(-1.0, similarity))
         if similarity >= min_similarity:
-            found.append(Candidate(entry_key=entry_key, similarity=similarity, text=text))
+            found.append(Candidate(entry_key=entry_key, similarity=similarity, text=text, mac=mac))
     found.sort(key=lambda c: c.similarity, reverse=True)
     return found[:k]

@@ -4,9 +4,11 @@ One :class:`SemanticLayer` per cache. It owns the embedder, the vector index and
 threshold and the guards). The pipeline decides *when* to use it; this module decides *how*:
 
 * :meth:`SemanticLayer.prepare` — is the request eligible, and which partition and question is it?
-* :meth:`SemanticLayer.lookup` — embed the question once, search its partition, let the matcher (the
-  threshold, then every guard) pick a candidate. The vector is kept for :meth:`remember`.
-* :meth:`SemanticLayer.remember` — after the fresh answer was stored under its exact key, index it.
+* :meth:`SemanticLayer.lookup` — embed the question once, search its partition, drop the candidates
+  not bound to the requester (:mod:`cachekit.semantic.binding`), let the matcher (the threshold, then
+  every guard) pick one of the rest. The vector is kept for :meth:`remember`.
+* :meth:`SemanticLayer.remember` — after the fresh answer was stored under its exact key, index it
+  with its MAC.
 * :meth:`SemanticLayer.forget` — an indexed entry whose stored response is gone (expired, evicted).
 
 Every method is synchronous and may take milliseconds (embedding runs a model). A lookup runs on the
@@ -31,6 +33,7 @@ from cachekit import canonical
 from cachekit._types import Dialect
 from cachekit.errors import ConfigError
 from cachekit.semantic.base import Candidate, Embedder, SemanticError, Vector, VectorIndex
+from cachekit.semantic.binding import EntryBinding
 from cachekit.semantic.partition import SemanticRequest, split_request
 
 if TYPE_CHECKING:
@@ -100,10 +103,14 @@ class SemanticStats:
     ineligible: Counter[str] = field(default_factory=Counter)
     #: Candidates above the threshold that a guard rejected, by reason.
     rejected: Counter[str] = field(default_factory=Counter)
+    #: Candidates dropped before the guards because their index entry is not bound to the requester,
+    #: by reason: ``foreign`` (the answer lies outside the requester's partition), ``forged`` (the MAC
+    #: does not verify), ``unsigned`` (no MAC: written before entries were bound).
+    unverified: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, reason: str | None = None, count: int = 1) -> None:
-        """Increment a counter (``reason`` picks the entry of ``ineligible``/``rejected``)."""
+        """Increment a counter (``reason`` picks the entry of ``ineligible``/``rejected``/``unverified``)."""
         with self._lock:
             if reason is None:
                 setattr(self, name, getattr(self, name) + count)
@@ -116,6 +123,8 @@ class Lookup:
     """The outcome of one lookup: the chosen candidate (if any) and the question's vector."""
 
     request: SemanticRequest
+    #: Seals what :meth:`SemanticLayer.remember` indexes for this request.
+    binding: EntryBinding
     vector: Vector
     hit: Candidate | None
     #: Candidates above the threshold that a guard refused, counted by the guard's reason.
@@ -205,24 +214,53 @@ class SemanticLayer:
         return prepared
 
     def lookup(
-        self, request: SemanticRequest, threshold: float | None = None, *, search: bool = True
+        self,
+        request: SemanticRequest,
+        binding: EntryBinding,
+        threshold: float | None = None,
+        *,
+        search: bool = True,
     ) -> Lookup:
-        """Embed the question, search its partition, and pick the best candidate the guards accept.
+        """Embed the question, search its partition, and pick the best candidate that is bound to the
+        requester (``binding``) and that the guards accept.
 
         With ``search=False`` only the embedding is computed (a refresh: the fresh answer is indexed).
         """
         vector = self.embedder.embed([request.question])[0]
         if not search:
-            return Lookup(request, vector, None)
+            return Lookup(request, binding, vector, None)
         self.stats.add("lookups")
         matcher = self.matcher
         limit = matcher.threshold if threshold is None else threshold
-        candidates = self.index.search(request.partition, vector, k=self.config.k, min_similarity=limit)
+        found = self.index.search(request.partition, vector, k=self.config.k, min_similarity=limit)
+        candidates = self._bound(request.partition, binding, found)
         result = matcher.match(request.question, candidates, threshold=limit)
         for reason, count in result.rejected.items():
             self.stats.add("rejected", reason, count)
         self.stats.add("hits" if result.hit is not None else "misses")
-        return Lookup(request, vector, result.hit, dict(result.rejected))
+        return Lookup(request, binding, vector, result.hit, dict(result.rejected))
+
+    def _bound(self, partition: str, binding: EntryBinding, found: list[Candidate]) -> list[Candidate]:
+        """The candidates the requester may be served; the others are counted and logged (never their
+        text: it is prompt text), before any guard sees them."""
+        kept: list[Candidate] = []
+        for candidate in found:
+            reason = binding.check(partition, candidate)
+            if reason is None:
+                kept.append(candidate)
+                continue
+            self.stats.add("unverified", reason)
+            # An entry from before binding is expected after an upgrade; the others mean that something
+            # other than cachekit wrote to the index.
+            level = logging.INFO if reason == "unsigned" else logging.WARNING
+            logger.log(
+                level,
+                "semantic index entry not served (%s: %s), key ...%s",
+                reason,
+                _UNVERIFIED[reason],
+                candidate.entry_key[-16:],
+            )
+        return kept
 
     def run(self, work: Callable[[], T]) -> T:
         """Run ``work`` on the layer's worker threads, waiting at most ``config.timeout`` seconds.
@@ -258,8 +296,11 @@ class SemanticLayer:
         return self._workers
 
     def remember(self, lookup: Lookup, entry_key: str, ttl: float | None) -> None:
-        """Index the question of ``lookup`` as answered by the stored entry ``entry_key``."""
-        self.index.add(lookup.request.partition, entry_key, lookup.vector, lookup.request.question, ttl=ttl)
+        """Index the question of ``lookup`` as answered by the stored entry ``entry_key``, sealed with
+        its MAC."""
+        partition, question = lookup.request.partition, lookup.request.question
+        mac = lookup.binding.seal(partition, entry_key, question)
+        self.index.add(partition, entry_key, lookup.vector, question, ttl=ttl, mac=mac)
 
     def forget(self, partition: str, entry_key: str) -> None:
         """Drop an indexed entry whose stored response is gone."""
@@ -272,6 +313,13 @@ class SemanticLayer:
             self._workers.shutdown(wait=False, cancel_futures=True)
         if isinstance(self.config.index, str) and self._index is not None:
             self._index.close()
+
+
+_UNVERIFIED = {
+    "foreign": "its answer lies outside the requester's partition",
+    "forged": "its MAC does not verify",
+    "unsigned": "it has no MAC, written by an older cachekit",
+}
 
 
 def _open_index(config: SemanticConfig) -> VectorIndex:
