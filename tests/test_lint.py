@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from cachekit.errors import CachekitError, ConfigError
 from cachekit.lint import Finding, PrefixLinter, PrefixLintError, lint_request
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces-dev.jsonl"
+TRACES = Path(__file__).resolve().parent / "fixtures" / "traces-sample.jsonl"  # see fixtures/README.md
 # A SWE-agent trajectory with 21 assistant turns and a system prompt without volatile content.
 STABLE_TRACE = "swe-agent:trajectories/demonstrations/ctf/web/i_got_id_demo.traj"
 
@@ -41,8 +41,6 @@ TOOLS = [
 
 
 def _trace(conversation_id: str | None = None, line: int = 0) -> dict[str, Any]:
-    if not TRACES.exists():
-        pytest.skip(f"{TRACES} is not here")
     lines = TRACES.read_text(encoding="utf-8").splitlines()
     if conversation_id is None:
         return dict(json.loads(lines[line]))

@@ -57,7 +57,7 @@ def test_missing_sdk_names_the_extra() -> None:
         "try:\n    cachekit.Anthropic\nexcept cachekit.MissingExtraError as e:\n    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "pip install 'cachekit[anthropic]'" in out
+    assert "pip install 'cachekit-llm[anthropic]'" in out
 
 
 def test_unknown_attribute_is_an_attribute_error() -> None:

@@ -20,7 +20,7 @@ from cachekit.cost.prices import default_prices
 from cachekit.replay import POLICIES, Conversation, TraceError, apply_policy, read_traces, replay
 from cachekit.tokens import encoding
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces-dev.jsonl"
+TRACES = Path(__file__).resolve().parent / "fixtures" / "traces-sample.jsonl"  # see fixtures/README.md
 MODEL = "claude-sonnet-4-5"
 KEYS = {
     "policy",

@@ -228,7 +228,7 @@ def test_missing_sentence_transformers_names_the_extra(monkeypatch: pytest.Monke
     assert isinstance(caught.value, ImportError)
     assert caught.value.package == "sentence-transformers"
     assert caught.value.extra == "semantic"
-    assert "pip install 'cachekit[semantic]'" in str(caught.value)
+    assert "pip install 'cachekit-llm[semantic]'" in str(caught.value)
     assert "sentence-transformers" in str(caught.value)
 
 

@@ -19,7 +19,7 @@ from cachekit.semantic.embedders import default_embedder
 from cachekit.semantic.evaluate import Counts, Pair, evaluate, load_pairs, render_text
 from cachekit.semantic.matcher import DEFAULT_THRESHOLD
 
-PAIRS_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "pairs-dev.jsonl"
+PAIRS_DEV = Path(__file__).resolve().parent / "fixtures" / "pairs-sample.jsonl"  # see fixtures/README.md
 KEYS = ["pairs", "same", "different", "true_hits", "false_hits", "precision", "recall", "false_hit_rate"]
 
 
@@ -208,7 +208,6 @@ def test_render_text_is_a_table(embedder: Embedder, tmp_path: Path) -> None:
     assert "rejected by guard:" in lines[-1]
 
 
-@pytest.mark.skipif(not PAIRS_DEV.exists(), reason="pairs-dev.jsonl is not in ../shared/data")
 def test_guards_raise_precision_on_pairs_dev(embedder: Embedder) -> None:
     with PAIRS_DEV.open(encoding="utf-8") as handle:
         head = "".join(itertools.islice(handle, 300))

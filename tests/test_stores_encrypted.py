@@ -652,7 +652,7 @@ def test_missing_cryptography_raises_missing_extra(monkeypatch: pytest.MonkeyPat
         fresh.EncryptedStore(MemoryStore(), {"k1": K1})
     assert info.value.extra == "encryption"
     assert info.value.package == "cryptography"
-    assert "cachekit[encryption]" in str(info.value)
+    assert "pip install 'cachekit-llm[encryption]'" in str(info.value)
     assert isinstance(info.value, ImportError)
     _assert_no_material(str(info.value), K1)
 

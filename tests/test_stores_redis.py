@@ -633,7 +633,7 @@ def test_missing_redis_package_names_the_extra(monkeypatch: pytest.MonkeyPatch, 
         lambda: RedisStore("redis://localhost"),
         lambda: store_from_url("redis+cluster://localhost:7000", home=tmp_path),
     ):
-        with pytest.raises(MissingExtraError, match=r"pip install 'cachekit\[redis\]'") as info:
+        with pytest.raises(MissingExtraError, match=r"pip install 'cachekit-llm\[redis\]'") as info:
             make()
         assert info.value.extra == "redis"
         assert isinstance(info.value, ImportError)

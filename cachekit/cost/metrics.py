@@ -1,4 +1,4 @@
-"""An optional Prometheus exporter for the cost ledger (needs ``pip install 'cachekit[metrics]'``).
+"""An optional Prometheus exporter for the cost ledger (needs ``pip install 'cachekit-llm[metrics]'``).
 
 :class:`PrometheusSink` is a synchronous :class:`~cachekit.cost.ledger.LedgerSink`: every
 :class:`~cachekit.cost.ledger.CallRecord` updates these counters as it is recorded (names shown with the

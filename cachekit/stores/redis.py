@@ -262,7 +262,7 @@ class RedisStore(Closing, AsyncClosing):
 
     Raises:
         ConfigError: a malformed URL or a bad parameter (credentials are never echoed).
-        MissingExtraError: the ``redis`` package is not installed (``pip install 'cachekit[redis]'``).
+        MissingExtraError: the ``redis`` package is not installed (``pip install 'cachekit-llm[redis]'``).
 
     Nothing connects until first use, so constructing never fails for a down server; each operation
     then raises :class:`StoreError` on any Redis failure. The store is thread-safe, and usable from
