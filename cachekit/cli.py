@@ -114,28 +114,83 @@ def _stats(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _semantic_index_url(explicit: str | None, store_url: str | None) -> str | None:
+    """The semantic index ``purge`` also purges: ``--semantic-index``, else the store's Redis when
+    the store is Redis (the index's default home: same URL, same prefix), else none."""
+    import os
+
+    from cachekit.errors import ConfigError
+    from cachekit.stores.redis import REDIS_SCHEMES
+
+    def is_redis(url: str) -> bool:
+        return url.partition("://")[0].strip().lower() in REDIS_SCHEMES
+
+    if explicit is not None:
+        if not is_redis(explicit):
+            raise ConfigError(
+                "--semantic-index takes a Redis 8 URL; a memory index lives in its process: purge it "
+                "there with cachekit.ops.purge_semantic"
+            )
+        return explicit
+    url = store_url or os.environ.get("CACHEKIT_CACHE_URL") or ""
+    return url if is_redis(url) else None
+
+
+def _open_semantic_index(args: argparse.Namespace, url: str | None) -> Any:
+    """The Redis semantic index at ``url`` (``None`` for none), opened before anything is deleted;
+    ``None`` also when the semantic extra is missing and nobody asked for the index by name."""
+    if url is None:
+        return None
+    from cachekit.errors import MissingExtraError
+    from cachekit.semantic.index_redis import RedisVectorIndex
+
+    try:
+        return RedisVectorIndex(url)
+    except MissingExtraError:
+        if args.semantic_index is not None:
+            raise
+        return None
+
+
 def _purge(args: argparse.Namespace, out: TextIO) -> int:
     from cachekit.cost.report import parse_since
     from cachekit.errors import CachekitError
-    from cachekit.ops import purge
+    from cachekit.ops import purge, purge_semantic
 
+    verb = "would delete" if args.dry_run else "deleted"
     try:
         older_than = time.time() - parse_since(args.older_than) if args.older_than else None
-        store = _open_store(args.store)
+        index_url = _semantic_index_url(args.semantic_index, args.store)
+        index = _open_semantic_index(args, index_url)
         try:
-            count = purge(
-                store,
-                tenant=args.tenant,
-                namespace=args.namespace,
-                older_than=older_than,
-                dry_run=args.dry_run,
-            )
+            # By age, the index follows the store: its entries have no write time of their own.
+            matched: set[str] | None = set() if older_than is not None and index is not None else None
+            store = _open_store(args.store)
+            try:
+                count = purge(
+                    store,
+                    tenant=args.tenant,
+                    namespace=args.namespace,
+                    older_than=older_than,
+                    dry_run=args.dry_run,
+                    matched=matched,
+                )
+            finally:
+                store.close()
+            out.write(f"{verb} {count} entries\n")
+            if index is not None:
+                semantic = purge_semantic(
+                    index, tenant=args.tenant, namespace=args.namespace, keys=matched, dry_run=args.dry_run
+                )
+                out.write(f"{verb} {semantic} semantic index entries\n")
+            elif index_url is not None:
+                out.write("semantic index not searched: it needs pip install 'cachekit[semantic]'\n")
         finally:
-            store.close()
+            if index is not None:
+                index.close()
     except (CachekitError, ValueError) as exc:
         out.write(f"cachekit purge: {exc}\n")
         return 2
-    out.write(f"{'would delete' if args.dry_run else 'deleted'} {count} entries\n")
     return 0
 
 
@@ -361,6 +416,11 @@ def _build_parser() -> argparse.ArgumentParser:
     purge.add_argument("--namespace", help="entries of this namespace")
     purge.add_argument("--older-than", metavar="AGE", help="entries written before then: 7d, 12h, 30m")
     purge.add_argument("--dry-run", action="store_true", help="count what would be deleted")
+    purge.add_argument(
+        "--semantic-index",
+        metavar="URL",
+        help="the Redis 8 semantic index to purge too (default: the store's, when the store is Redis)",
+    )
     purge.set_defaults(run=_purge)
     check = commands.add_parser("health", help="probe the store (exit 0 when healthy): a readiness check")
     check.add_argument("--store", metavar="URL", help=store_help)

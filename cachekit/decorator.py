@@ -12,6 +12,7 @@ import functools
 import inspect
 import logging
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar, cast, overload
 
@@ -19,7 +20,7 @@ import orjson
 
 from cachekit.cache import Cache, CacheLike, as_cache
 from cachekit.context import UNSET, CallPolicy, _current, _Unset, make_policy
-from cachekit.errors import MemoizeError
+from cachekit.errors import MemoizeError, MemoizeWarning
 from cachekit.keys import MEMO_KIND, digest_fields, store_key, tenant_partition
 
 __all__ = ["cached"]
@@ -83,11 +84,22 @@ class _Memo:
             logger.warning("corrupt memo entry for %s is ignored", self._name)
             return False, None
 
-    def encode(self, result: Any) -> bytes:
+    def encode(self, result: Any) -> bytes | None:
+        """The entry for ``result``, or ``None`` (with a :class:`MemoizeWarning`) when it is not JSON.
+
+        Never raises: the function has run and its calls are paid for, so the result is returned
+        whether or not it can be kept.
+        """
         try:
             return _MEMO_MAGIC + orjson.dumps(result)
-        except TypeError as exc:
-            raise MemoizeError(f"cannot memoize {self._name}: its result is not JSON ({exc})") from exc
+        except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+            warnings.warn(
+                MemoizeWarning(
+                    f"{self._name}: its result is not JSON, so it is returned but not memoized ({exc})"
+                ),
+                stacklevel=3,  # encode <- the wrapper <- the caller's line
+            )
+            return None
 
     # The memo shares its cache's circuit breaker: while the store is down, calls run the function
     # without waiting for the store's timeout. Failures are logged and counted, never raised.
@@ -115,9 +127,11 @@ class _Memo:
         self._outcome("lookup", None)
         return self.decode(raw)
 
-    def save(self, key: str, value: bytes, ttl: float | None) -> None:
+    def save(self, key: str, value: bytes | None, ttl: float | None) -> None:
+        """Keep ``value`` (``None``: a result :meth:`encode` refused) under ``key``; a store failure is
+        logged, never raised."""
         store = self.cache().sync_store
-        if store is None or not self._allowed():
+        if value is None or store is None or not self._allowed():
             return
         try:
             store.set(key, value, ttl=ttl)
@@ -140,12 +154,13 @@ class _Memo:
         self._outcome("lookup", None)
         return self.decode(raw)
 
-    async def asave(self, key: str, value: bytes, ttl: float | None) -> None:
+    async def asave(self, key: str, value: bytes | None, ttl: float | None) -> None:
+        """See :meth:`save`."""
         astore = self.cache().async_store
         if astore is None:
             self.save(key, value, ttl)
             return
-        if not self._allowed():
+        if value is None or not self._allowed():
             return
         try:
             await astore.aset(key, value, ttl=ttl)
@@ -200,6 +215,8 @@ def cached(
         mode: ``bypass``, ``refresh`` or ``only-if-cached`` for every call inside.
         memoize: also cache the function's own result, keyed by its arguments. Arguments and result
             must be JSON (string keys only); a hit returns the JSON form (a tuple comes back as a list).
+            A result that cannot be memoized is still returned: a non-JSON one with a
+            :class:`~cachekit.errors.MemoizeWarning`, a store failure with a logged warning.
         cache: where memoized results go (same forms as the clients' ``cache=``).
         site: the call-site label of these calls in the cost ledger (default: the function's
             qualified name).

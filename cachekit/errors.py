@@ -5,12 +5,15 @@
     CachekitError
     ├── ConfigError            bad option, store URL or environment setting (also a ValueError)
     ├── MissingExtraError      an optional extra is not installed (also an ImportError)
-    ├── MemoizeError           a memoized function's arguments or result are not JSON (also a TypeError)
+    ├── MemoizeError           a memoized function's arguments are not JSON, or it needs name= (a TypeError)
     ├── PrefixLintError        lint="raise": volatile content in the cached prefix (cachekit.lint)
     └── StoreError             a cache store failed; caught on the request path (on_cache_error="bypass")
         ├── StoreUnavailableError  the backend did not answer (refused, timed out): trips the breaker
         ├── CorruptEntryError  a stored entry could not be decoded; treated as a miss and overwritten
         └── CacheUnavailableError  raised to the caller only with on_cache_error="raise"
+
+One warning: :class:`MemoizeWarning` (a ``UserWarning``), when a memoized function's result cannot be
+memoized because it is not JSON; the result is returned all the same.
 
 Provider errors are never wrapped: an HTTP error from upstream reaches the SDK untouched, so the SDK
 raises its own typed exception (``anthropic.RateLimitError`` and so on).
@@ -26,6 +29,7 @@ __all__ = [
     "ConfigError",
     "CorruptEntryError",
     "MemoizeError",
+    "MemoizeWarning",
     "MissingExtraError",
     "StoreError",
     "StoreUnavailableError",
@@ -63,7 +67,19 @@ class MissingExtraError(CachekitError, ImportError):
 
 
 class MemoizeError(CachekitError, TypeError):
-    """A memoized function was called with, or returned, a value that is not JSON-serializable."""
+    """A memoized function was called with arguments that are not JSON-serializable.
+
+    Raised before the function runs, so no work is lost. A result that is not JSON is never raised:
+    it is returned, with a :class:`MemoizeWarning`.
+    """
+
+
+class MemoizeWarning(UserWarning):
+    """A memoized function's result was returned but not memoized: it is not JSON-serializable.
+
+    The function already ran (and its LLM calls were paid for), so the result is never thrown away;
+    the warning says why the next call with the same arguments will run it again.
+    """
 
 
 class StoreError(CachekitError):

@@ -4,6 +4,10 @@ These run from ``cachekit stats``, ``cachekit purge`` and ``cachekit health`` (o
 your own service), never on a request's path: listing a Redis store is a ``SCAN`` over every node.
 They read only the clear parts of store keys (kind, namespace, partition; see
 :func:`cachekit.keys.store_key`), so they work on encrypted stores too and never see a prompt.
+
+The semantic index is purged by the same rule (:func:`purge_semantic`): its partitions are opaque
+digests, but every indexed question names the store key of the answer it points at, and that key's
+namespace and partition select it.
 """
 
 from __future__ import annotations
@@ -12,15 +16,16 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from cachekit.errors import ConfigError, StoreError
 from cachekit.keys import EXACT_KIND, MEMO_KIND, KeyParts, key_prefix, parse_key, partition_names_tenant
+from cachekit.semantic.base import PurgeableIndex
 from cachekit.stores.base import EntryInfo, Inspectable, Store, is_inspectable
 
-__all__ = ["Health", "NamespaceStats", "StoreStats", "health", "purge", "store_stats"]
+__all__ = ["Health", "NamespaceStats", "StoreStats", "health", "purge", "purge_semantic", "store_stats"]
 
 logger = logging.getLogger("cachekit.ops")
 
@@ -65,6 +70,16 @@ def _inspectable(store: object) -> Inspectable:
     return store  # type: ignore[return-value]  # checked by name above, without touching properties
 
 
+def _selects(parts: KeyParts | None, tenant: str | None, namespace: str | None) -> bool:
+    """Whether a key (its parsed fields) is one a purge of ``tenant`` / ``namespace`` removes: the one
+    rule for store entries and index entries alike. Keys cachekit did not write never are."""
+    return (
+        parts is not None
+        and (tenant is None or partition_names_tenant(parts.partition, tenant))
+        and (namespace is None or parts.namespace == namespace)
+    )
+
+
 def _entries(store: Inspectable, namespace: str | None) -> Iterator[tuple[EntryInfo, KeyParts | None]]:
     prefixes = [key_prefix(kind, namespace) for kind in _LAYERS] if namespace is not None else [""]
     for prefix in prefixes:
@@ -97,6 +112,7 @@ def purge(
     dry_run: bool = False,
     clock: Callable[[], float] = time.time,
     batch: int = 500,
+    matched: set[str] | None = None,
 ) -> int:
     """Delete the cachekit entries that match every filter given; return how many matched.
 
@@ -107,9 +123,11 @@ def purge(
         older_than: entries written more than this many seconds ago (entries whose write time the
             store does not know are kept).
         dry_run: count, delete nothing.
+        matched: a set that receives the key of every entry that matched, for
+            :func:`purge_semantic` ``(keys=...)`` after a purge by age.
 
     At least one filter is required: purging everything is :meth:`Store.clear`. Keys cachekit did
-    not write are never touched.
+    not write are never touched. The semantic index is purged by :func:`purge_semantic`.
     """
     if tenant is None and namespace is None and older_than is None:
         raise ConfigError("purge needs --tenant, --namespace or --older-than (to empty a store, clear it)")
@@ -118,13 +136,15 @@ def purge(
     target = _inspectable(store)
     cutoff = clock() - older_than if older_than is not None else None
     doomed: list[str] = []
-    matched = 0
+    count = 0
     for info, parts in _entries(target, namespace):
-        if parts is None or (tenant is not None and not partition_names_tenant(parts.partition, tenant)):
+        if not _selects(parts, tenant, namespace):
             continue
         if cutoff is not None and (info.created_at is None or info.created_at > cutoff):
             continue
-        matched += 1
+        count += 1
+        if matched is not None:
+            matched.add(info.key)
         if not dry_run:
             doomed.append(info.key)
             if len(doomed) >= batch:
@@ -132,8 +152,45 @@ def purge(
                 doomed.clear()
     if doomed:
         target.delete_many(doomed)
-    logger.info("purge matched %d entries%s", matched, " (dry run)" if dry_run else "")
-    return matched
+    logger.info("purge matched %d entries%s", count, " (dry run)" if dry_run else "")
+    return count
+
+
+def purge_semantic(
+    index: object,
+    *,
+    tenant: str | None = None,
+    namespace: str | None = None,
+    keys: Collection[str] | None = None,
+    dry_run: bool = False,
+) -> int:
+    """Delete the semantic index entries (vectors and question texts) that match every filter given;
+    return how many matched.
+
+    Args:
+        index: a :class:`~cachekit.semantic.base.PurgeableIndex`: the Redis 8 index (every partition
+            on every node) or a process's memory index (``cache_of(client).pipeline.semantic.index``).
+        tenant: entries of this explicit tenant, as :func:`purge`.
+        namespace: entries of this namespace, as :func:`purge`.
+        keys: only entries that answer with one of these store keys (what :func:`purge` deleted:
+            its ``matched``); an index entry has no write time, so this is how a purge by age reaches
+            the index.
+        dry_run: count, delete nothing.
+
+    An entry is selected by the store key of the answer it points at, so no prompt is needed.
+    """
+    if tenant is None and namespace is None and keys is None:
+        raise ConfigError("purge_semantic needs a tenant, a namespace or keys (to empty an index, clear it)")
+    if not isinstance(index, PurgeableIndex):
+        raise ConfigError(f"{type(index).__name__} cannot be purged (it has no remove_where)")
+    def selected(entry_key: str) -> bool:
+        if keys is not None and entry_key not in keys:
+            return False
+        return _selects(parse_key(entry_key), tenant, namespace)
+
+    count = index.remove_where(selected, dry_run=dry_run)
+    logger.info("purge matched %d semantic index entries%s", count, " (dry run)" if dry_run else "")
+    return count
 
 
 @dataclass(frozen=True, slots=True)

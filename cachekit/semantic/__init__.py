@@ -21,6 +21,7 @@ from cachekit.semantic.base import (
     Candidate,
     DimensionMismatchError,
     Embedder,
+    PurgeableIndex,
     SemanticError,
     VectorIndex,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "Candidate",
     "DimensionMismatchError",
     "Embedder",
+    "PurgeableIndex",
     "SemanticConfig",
     "SemanticError",
     "SemanticLayer",

@@ -12,7 +12,7 @@ lies in [-1, 1] — the one similarity scale used everywhere in cachekit (Redis 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -31,6 +31,7 @@ __all__ = [
     "Candidate",
     "DimensionMismatchError",
     "Embedder",
+    "PurgeableIndex",
     "SemanticError",
     "Vector",
     "VectorIndex",
@@ -139,4 +140,19 @@ class AsyncVectorIndex(Protocol):
 
     async def aclose(self) -> None:
         """See :meth:`VectorIndex.close`."""
+        ...
+
+
+@runtime_checkable
+class PurgeableIndex(Protocol):
+    """An index an operator can purge by what its entries answer with (``cachekit purge``).
+
+    Partitions are opaque digests; each entry's entry key (a store key, with its namespace and
+    partition in the clear) is what selects it.
+    """
+
+    def remove_where(self, match: Callable[[str], bool], *, dry_run: bool = False) -> int:
+        """Remove every entry, of every partition, whose entry key satisfies ``match``; return how
+        many matched (with ``dry_run``, remove nothing). For operator tools, never on a request's
+        path: it visits every entry."""
         ...

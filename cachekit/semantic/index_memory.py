@@ -12,6 +12,9 @@ added). Expired entries are never returned; they are dropped when a search meets
 eviction, and by a sweep over all partitions that runs after as many adds as there are partitions (so
 its cost per add stays constant). A partition with no entries is forgotten, dimension included.
 
+:meth:`MemoryVectorIndex.remove_where` purges by entry key (a tenant's or a namespace's entries:
+``cachekit.ops.purge_semantic``); this index lives in its process, so that is where it is purged.
+
 Thread-safe (one lock). Sync only: the async path of the semantic layer calls it inline, since nothing
 here waits on I/O.
 """
@@ -291,6 +294,19 @@ class MemoryVectorIndex:
             part = self._parts.get(partition)
             if part is not None:
                 self._drop(partition, part, entry_key)
+
+    def remove_where(self, match: Callable[[str], bool], *, dry_run: bool = False) -> int:
+        """Remove every entry whose entry key satisfies ``match``; return how many matched.
+
+        See :class:`~cachekit.semantic.base.PurgeableIndex` (``cachekit.ops.purge_semantic``).
+        """
+        with self._lock:
+            self._check_open()
+            doomed = [(partition, key) for partition, key in self._order if match(key)]
+            if not dry_run:
+                for partition, key in doomed:
+                    self._drop(partition, self._parts[partition], key)
+        return len(doomed)
 
     def clear(self) -> None:
         """Remove every entry of every partition."""

@@ -31,6 +31,11 @@ EPSILON <1 - min_similarity>`` and returns the live ones with their attributes (
 round trip. Processes sharing a partition should have clocks in step (NTP); a skew of a few seconds
 only moves expiry by as much.
 
+Purging. A partition's name is a digest, so nobody can tell a tenant's partitions by name (and
+nobody needs the prompt to purge them): :meth:`RedisVectorIndex.remove_where` reads every element's
+attributes, whose entry key (a store key) holds the namespace and partition in the clear, and removes
+the matching elements with a script like a removal's (``cachekit purge``).
+
 Similarity. ``VSIM`` scores are ``(1 + cos) / 2``; this index returns the cosine, ``2 * score - 1``, in
 [-1, 1]. Quantization (fixed per partition by its first ``VADD``):
 
@@ -186,6 +191,21 @@ return 1
 )
 
 
+# KEYS: vs, ex, ord. ARGV: now_ms, element, element, ... (up to _PURGE_BATCH elements).
+_PURGE = (
+    _DROP
+    + """
+local elements = {}
+for i = 2, #ARGV do elements[#elements + 1] = ARGV[i] end
+drop(elements)
+refresh_ttl(ARGV[1])
+return 1
+"""
+)
+#: Elements per purge script call (Lua's unpack() and the argument list stay small).
+_PURGE_BATCH = 500
+
+
 @dataclass(frozen=True, slots=True)
 class _Script:
     text: str
@@ -327,6 +347,61 @@ class RedisVectorIndex(Closing, AsyncClosing):
         """Close every connection; later calls raise :class:`~cachekit.errors.StoreError`. Idempotent."""
         self._redis.close()
 
+    # -- operator calls ----------------------------------------------------------------------------
+
+    def remove_where(self, match: Callable[[str], bool], *, dry_run: bool = False) -> int:
+        """Remove every entry, of every partition, whose entry key satisfies ``match``; return how
+        many matched (see :class:`~cachekit.semantic.base.PurgeableIndex`).
+
+        For ``cachekit purge``, never on a request's path: a ``SCAN`` for the vector sets on every
+        primary, then each set's elements and attributes (``VRANDMEMBER`` with the set's size returns
+        them all), and one removal script per batch of matching elements, which also keeps the
+        partition's expiry and order sets and its TTL in step. Elements whose attributes cachekit
+        did not write are kept.
+        """
+        pattern = _escape_glob(self._redis.prefix) + "{sem:*}:vs"
+        count = 0
+        try:
+            for node in self._redis._nodes():
+                for batch in _scan_batches(node, pattern):
+                    for name in batch:
+                        doomed = self._matching_elements(node, name, match)
+                        count += len(doomed)
+                        if doomed and not dry_run:
+                            self._drop_elements(node, name, doomed)
+        except self._errors as exc:
+            self._fail("remove_where", exc)
+        return count
+
+    def _matching_elements(self, node: Any, name: bytes, match: Callable[[str], bool]) -> list[bytes]:
+        """The elements of the vector set ``name`` whose entry key satisfies ``match``."""
+        try:
+            size = int(node.execute_command("VCARD", name))
+        except self._response_error as exc:
+            if "WRONGTYPE" in str(exc):
+                return []  # a key of this layout that is not a vector set: not ours
+            raise
+        if size == 0:
+            return []
+        elements = node.execute_command("VRANDMEMBER", name, size)
+        pipe = node.pipeline(transaction=False)
+        for element in elements:
+            pipe.execute_command("VGETATTR", name, element)
+        found = []
+        for element, raw in zip(elements, pipe.execute(), strict=True):
+            entry_key = _entry_key(raw)
+            if entry_key is not None and match(entry_key):
+                found.append(element)
+        return found
+
+    def _drop_elements(self, node: Any, name: bytes, elements: list[bytes]) -> None:
+        """Remove ``elements`` from the partition whose vector set is ``name`` (all three keys)."""
+        base = name[: -len(b":vs")]
+        keys = (name, base + b":ex", base + b":ord")
+        now_ms = repr(self._clock() * 1000).encode()
+        for i in range(0, len(elements), _PURGE_BATCH):
+            node.eval(_PURGE, 3, *keys, now_ms, *elements[i : i + _PURGE_BATCH])
+
     # -- the AsyncVectorIndex ----------------------------------------------------------------------
 
     async def asearch(
@@ -465,6 +540,15 @@ def _fp32(vector: Vector) -> bytes:
 def _element(entry_key: str) -> bytes:
     """The vector-set element of an entry: a short digest of its key (the key is in the attributes)."""
     return hashlib.sha256(entry_key.encode("utf-8", "surrogatepass")).hexdigest()[:24].encode()
+
+
+def _entry_key(raw: Any) -> str | None:
+    """The entry key in an element's attributes; ``None`` for attributes cachekit did not write."""
+    try:
+        entry_key = orjson.loads(raw)["k"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    return entry_key if isinstance(entry_key, str) else None
 
 
 def _candidates(reply: Any, k: int, min_similarity: float) -> list[Candidate]:

@@ -135,7 +135,9 @@ class MemoryStore:
             if ttl is not None and ttl <= 0:
                 return
             if size > self._max_bytes:
-                _log.debug(
+                # A warning, as in the Redis store: an entry the store can never hold is a setting to
+                # fix (a memoized result or an answer that will be paid for again on every call).
+                _log.warning(
                     "not caching an entry of %d bytes: larger than max_bytes=%d", size, self._max_bytes
                 )
                 return

@@ -13,9 +13,9 @@ Layout. Each entry is one hash under ``<prefix>{<key>}`` with two fields: ``v``,
 ``t``, when it was written (epoch seconds, a decimal string). The braces are a Cluster *hash tag*:
 only the part inside them picks the slot, so entries spread evenly over the cluster while anything
 kept later beside an entry (``<prefix>{<key>}:...``) lands in the entry's slot, where one transaction
-can cover both. The per-store secret lives under ``<prefix>__secret__`` (no TTL), created with
-``SET NX`` by whichever process comes first, so every process sharing the Redis derives the same
-partitions; a prefix may therefore not contain braces.
+can cover both. The per-store secret lives under ``<prefix>__secret__`` (no TTL): read with ``GET``, and only
+when missing created with ``SET NX`` by whichever process comes first, so every process sharing the
+Redis derives the same partitions; a prefix may therefore not contain braces.
 
 Atomicity. A write is one ``MULTI``/``EXEC`` transaction: ``UNLINK`` the key, ``HSET v t``, then
 ``PEXPIRE`` unless there is no TTL (the key is new after ``UNLINK``, so it has none: that is the
@@ -25,14 +25,16 @@ without its TTL, or a value from one write with the time of another — and a wr
 leaves nothing behind (``EXEC`` never arrives). Overwriting replaces the TTL too. A non-positive TTL
 only deletes the key. The async cluster client sends the same three commands as one Lua script
 instead (redis-py's async cluster transactions are unusable: a thread and a new event loop per
-queued command, in 8.1); a script is atomic in the same way.
+queued command, in 8.1); a script is atomic in the same way, and its first write is an ``HSET`` so
+that a full Redis refuses it as it refuses the transaction.
 
 Eviction. Configure ``maxmemory-policy volatile-lru`` (or ``volatile-ttl``): every entry carries a
 TTL by default while the secret has none, so memory pressure evicts old entries and never the secret.
 With ``allkeys-lru`` the secret itself can be evicted; a new one is then made, which only turns every
 later lookup into a miss (processes that already read the old secret keep their own partition — no
 wrong answer either way). With ``noeviction`` a full Redis refuses writes: each is a
-:class:`~cachekit.errors.StoreError` that the caller counts, and reads are still served.
+:class:`~cachekit.errors.StoreError` that the caller counts, and reads are still served, by processes
+started afterwards too (the secret is only read when it exists: a refused ``SET NX`` costs nothing).
 
 Failures. Every call is bounded: ``timeout`` on each socket read and write, ``connect_timeout`` on
 connecting, and no retries (redis-py retries by default; a cache that waits is worse than a miss).
@@ -105,7 +107,11 @@ _BATCH = 500
 #: A TTL longer than this (about 30,000 years) is stored as this: PEXPIRE refuses overflowing values.
 _MAX_TTL_MS = 10**15
 #: The write of :meth:`RedisStore._queue_set`, as one script (used where transactions are not usable).
+#: Its first write is a command Redis refuses when memory is over ``maxmemory``, as it refuses a
+#: transaction's ``HSET``: a script that has already written (``UNLINK``) may go on past the limit.
 _SET_SCRIPT = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'hash' or kind == 'none' then redis.call('HSET', KEYS[1], 't', ARGV[2]) end
 redis.call('UNLINK', KEYS[1])
 redis.call('HSET', KEYS[1], 'v', ARGV[1], 't', ARGV[2])
 if ARGV[3] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
@@ -384,10 +390,10 @@ class RedisStore(Closing, AsyncClosing):
     def secret(self) -> bytes:
         """The 32-byte secret shared by every process using this Redis and prefix.
 
-        Read (or created, ``SET NX``) on first access and kept in this object; raises
-        :class:`StoreError` when Redis cannot be reached then. Afterwards it is checked against Redis
-        at most every :data:`SECRET_RESYNC` seconds: a secret lost with a Redis restart (no
-        persistence), a failover or an eviction is written back (``SET NX``) from the one this
+        Read (``GET``; created with ``SET NX`` only when missing) on first access and kept in this
+        object; raises :class:`StoreError` when Redis cannot be reached then. Afterwards it is checked
+        against Redis at most every :data:`SECRET_RESYNC` seconds: a secret lost with a Redis restart
+        (no persistence), a failover or an eviction is written back (``SET NX``) from the one this
         process holds, and if another process got there first with a new one, this process adopts
         it — so every process converges on one secret and a credential keeps one partition. A failed
         check keeps the known secret. It is a blocking call, even from async code: once at first use
@@ -403,8 +409,7 @@ class RedisStore(Closing, AsyncClosing):
             self._secret_checked = now  # also after a failure: retried next period, not per request
             client = self._client()
             try:
-                client.set(self._secret_key, self._secret or os.urandom(_SECRET_BYTES), nx=True)
-                found = client.get(self._secret_key)
+                found = self._read_or_create_secret(client)
             except self._errors as exc:
                 if self._secret is not None:
                     return self._secret
@@ -426,6 +431,21 @@ class RedisStore(Closing, AsyncClosing):
                 )
             self._secret = found
             return found
+
+    def _read_or_create_secret(self, client: SyncClient) -> bytes | str | None:
+        """The secret Redis holds, written first only if it is missing.
+
+        Read first: a full Redis under ``noeviction`` refuses every ``SET`` (``NX`` included, even on
+        an existing key), so writing unconditionally would cost every process started afterwards its
+        cache although the entries are readable. When missing, ``SET NX`` the one this process knows
+        (or a new one) and read again: of processes racing here, exactly one write wins and every
+        one of them reads the winner's.
+        """
+        found: bytes | str | None = client.get(self._secret_key)
+        if found is None:
+            client.set(self._secret_key, self._secret or os.urandom(_SECRET_BYTES), nx=True)
+            found = client.get(self._secret_key)
+        return found
 
     # -- the sync Store ----------------------------------------------------------------------------
 
