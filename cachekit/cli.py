@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from cachekit._version import __version__
+from cachekit.errors import install_command
 
 __all__ = ["main"]
 
@@ -184,7 +185,7 @@ def _purge(args: argparse.Namespace, out: TextIO) -> int:
                 )
                 out.write(f"{verb} {semantic} semantic index entries\n")
             elif index_url is not None:
-                out.write("semantic index not searched: it needs pip install 'cachekit[semantic]'\n")
+                out.write(f"semantic index not searched: it needs {install_command('semantic')}\n")
         finally:
             if index is not None:
                 index.close()

@@ -222,9 +222,9 @@ def test_without_the_semantic_extra_a_redis_store_is_still_purged(
     out = io.StringIO()
     assert cli.main(["purge", "--store", url, "--tenant", "acme"], out=out) == 0
     assert out.getvalue() == (
-        "deleted 0 entries\nsemantic index not searched: it needs pip install 'cachekit[semantic]'\n"
+        "deleted 0 entries\nsemantic index not searched: it needs pip install 'cachekit-llm[semantic]'\n"
     )
     out = io.StringIO()
     assert cli.main(["purge", "--store", url, "--semantic-index", url, "--tenant", "acme"], out=out) == 2
     assert out.getvalue().startswith("cachekit purge: ")  # before anything was deleted
-    assert "cachekit[semantic]" in out.getvalue()
+    assert "cachekit-llm[semantic]" in out.getvalue()
