@@ -14,9 +14,10 @@ for every dialect:
 * OpenAI Responses: one block per tool, the ``instructions``, and one per input item or message part.
 
 Each block carries the canonical bytes that identify it in the prefix (sorted keys, without its
-``cache_control``, with the message role), the text it costs in tokens, its ``cache_control`` value
-and whether it may carry one. A string shorthand has the same identity as the one text block it
-stands for, so converting it (to carry a marker) never changes the prefix.
+``cache_control`` nor those nested in it, with the message role), the text it costs in tokens, its
+``cache_control`` value, those nested in it at any depth, and whether it may carry one. A string
+shorthand has the same identity as the one text block it stands for, so converting it (to carry a
+marker) never changes the prefix.
 
 Nothing here logs or keeps prompt text.
 """
@@ -39,15 +40,18 @@ __all__ = [
     "cache_context",
     "chain_hashes",
     "lookback_positions",
+    "nested_markers",
     "prompt_blocks",
     "text_of",
+    "without_markers",
 ]
 
 
 _TEXT_TYPES = ("text", "input_text", "output_text")
 # The Messages API's content blocks that take a cache_control field (the anthropic SDK's block
-# params, stable and beta, as of 2026-12). An allow-list: a block type cachekit does not know (a new
-# beta block) is never marked. Thinking blocks "cannot be explicitly marked with cache_control".
+# params, stable and beta; tests/test_marker_census.py checks the installed SDK against this list).
+# An allow-list: a block type cachekit does not know (a new beta block) is never marked. Thinking
+# blocks "cannot be explicitly marked with cache_control".
 _MARKABLE_TYPES = frozenset(
     {
         "text",
@@ -67,8 +71,16 @@ _MARKABLE_TYPES = frozenset(
         "container_upload",
         "mcp_tool_use",
         "mcp_tool_result",
+        "advisor_tool_result",
+        "compaction",
+        "tool_addition",
+        "tool_removal",
     }
 )
+# Fields whose value is the caller's own JSON, not content blocks (a tool call's input, a tool's
+# schema and examples, a fallback's trigger: the SDK's params type them as free-form objects): a key
+# named cache_control inside them is data, never a marker. Everywhere else a cache_control is one.
+_PAYLOAD_FIELDS = frozenset({"input", "input_schema", "input_examples", "trigger"})
 # Media whose tokens are not their bytes: an image costs about (width x height) / 750 tokens, at most
 # ~1,600 for the sizes the API keeps; a PDF page text plus an image per page. Their base64 data is
 # never tokenized (a 4 MB image would take a second of tiktoken and count millions of tokens).
@@ -99,8 +111,9 @@ class Block:
         shorthand: a string standing in for one text block (it must become a block to carry a marker).
         cited: a text block with citations: cachekit never marks it, but the API's automatic caching
             may still take it as the last block.
-        nested: ``cache_control`` values inside the block's own content (a ``tool_result`` whose
-            content blocks carry markers): they count against the provider's limit too.
+        nested: ``cache_control`` values inside the block, at any depth, as (path relative to the
+            block, value) in prefix order (:func:`nested_markers`): they count against the
+            provider's limit and take part in its lifetime order too.
         media_tokens: an estimate of the tokens of base64 image or document data, which ``text``
             leaves out (0 for everything else).
         name: a tool definition's name (Anthropic and Responses ``name``, Chat ``function.name``);
@@ -117,7 +130,7 @@ class Block:
     message: int | None = None
     shorthand: bool = False
     cited: bool = False
-    nested: tuple[Any, ...] = ()
+    nested: tuple[tuple[str, Any], ...] = ()
     media_tokens: int = 0
     name: str = ""
 
@@ -150,12 +163,28 @@ def block_text(block: dict[str, Any]) -> str:
         return str(block["thinking"])
     if kind == "tool_result":
         return text_of(block.get("content"))
-    payload = {key: value for key, value in block.items() if key != "cache_control"}
-    return _canonical(payload).decode()
+    return _canonical(without_markers(block)).decode()  # markers are not prompt tokens
 
 
 def _without_marker(block: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in block.items() if key != "cache_control"}
+
+
+def without_markers(block: dict[str, Any]) -> dict[str, Any]:
+    """``block`` without its ``cache_control`` and those nested in it (:func:`nested_markers`): a
+    marker is not part of the prompt, so moving one never changes the prefix. Copies only the
+    containers on the way to a nested marker; ``block`` is unchanged."""
+    plain = _without_marker(block)
+    for path, _ in nested_markers(block):
+        plain = _drop_marker(plain, path.split("."))
+    return plain
+
+
+def _drop_marker(container: Any, path: list[str]) -> Any:
+    key: Any = int(path[0]) if isinstance(container, list) else path[0]
+    copy: Any = list(container) if isinstance(container, list) else dict(container)
+    copy[key] = _drop_marker(container[key], path[1:]) if len(path) > 1 else _without_marker(container[key])
+    return copy
 
 
 def _tool_name(tool: dict[str, Any]) -> str:
@@ -178,15 +207,43 @@ def _markable(block: dict[str, Any]) -> bool:
     return True
 
 
-def _nested_markers(block: dict[str, Any]) -> tuple[Any, ...]:
-    content = block.get("content")
-    if not isinstance(content, list):
-        return ()
-    return tuple(
-        part["cache_control"]
-        for part in content
-        if isinstance(part, dict) and part.get("cache_control") is not None
-    )
+def nested_markers(block: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The ``cache_control`` values inside ``block`` (not its own), at any depth, in prefix order.
+
+    Each is ``(path, value)``, the path relative to the block (``content.0.source.content.1``). The
+    API accepts a marker on any block nested in another (a document's ``source.content`` blocks, a
+    ``search_result`` in a ``tool_result`` and its text, a document in a ``web_fetch_result``, ...),
+    and every one counts against the limit, so this walks all of the block except the caller's own
+    JSON (:data:`_PAYLOAD_FIELDS`) instead of knowing the shapes. Prefix order: a dict's contents
+    come before its own marker, which ends it. Iterative, so a deep body cannot exhaust the stack.
+    """
+    found: list[tuple[str, Any]] = []
+    # (value, path, whether its children were visited: then only its own marker is left)
+    stack: list[tuple[Any, str, bool]] = [(child, key, False) for key, child in reversed(_children(block))]
+    while stack:
+        value, path, visited = stack.pop()
+        if visited:
+            found.append((path, value["cache_control"]))
+        elif isinstance(value, dict):
+            if value.get("cache_control") is not None:
+                stack.append((value, path, True))
+            stack.extend((child, f"{path}.{key}", False) for key, child in reversed(_children(value)))
+        elif isinstance(value, list):
+            stack.extend(
+                (child, f"{path}.{i}", False)
+                for i, child in reversed(list(enumerate(value)))
+                if isinstance(child, (dict, list))
+            )
+    return tuple(found)
+
+
+def _children(value: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The parts of a dict that may hold markers: containers, outside the caller's own JSON."""
+    return [
+        (str(key), child)
+        for key, child in value.items()
+        if key != "cache_control" and key not in _PAYLOAD_FIELDS and isinstance(child, (dict, list))
+    ]
 
 
 def _media(block: dict[str, Any]) -> tuple[str, int] | None:
@@ -219,7 +276,7 @@ class _Walk:
         message: int | None = None,
         shorthand: bool = False,
         cited: bool = False,
-        nested: tuple[Any, ...] = (),
+        nested: tuple[tuple[str, Any], ...] = (),
         media_tokens: int = 0,
         name: str = "",
     ) -> None:
@@ -248,7 +305,7 @@ class _Walk:
         for i, tool in enumerate(tools):
             if not isinstance(tool, dict):
                 continue
-            plain = _without_marker(tool)
+            plain = without_markers(tool) if markable else _without_marker(tool)
             self.add(
                 "tools",
                 f"tools.{i}",
@@ -258,6 +315,7 @@ class _Walk:
                 tool.get("cache_control"),
                 # "Tool 'x' cannot have both defer_loading=true and cache_control set" (the API's 400).
                 eligible=markable and not tool.get("defer_loading"),
+                nested=nested_markers(tool) if markable else (),
                 name=_tool_name(tool),
             )
 
@@ -282,7 +340,8 @@ class _Walk:
             if not isinstance(part, dict):
                 continue
             kind = part.get("type")
-            identity = {**_without_marker(part), "role": role} if role else _without_marker(part)
+            plain = without_markers(part) if markable else _without_marker(part)
+            identity = {**plain, "role": role} if role else plain
             media = _media(part)
             self.add(
                 section,
@@ -294,7 +353,7 @@ class _Walk:
                 eligible=markable and _markable(part),
                 message=m,
                 cited=kind == "text" and isinstance(part.get("citations"), list),
-                nested=_nested_markers(part),
+                nested=nested_markers(part) if markable else (),
                 media_tokens=0 if media is None else media[1],
             )
 

@@ -7,8 +7,10 @@ model's minimum length, and a marker only finds an earlier entry within 20 posit
 planner places markers so that each request reads the longest earlier write and writes what the next
 request will read:
 
-1. **Census.** The caller's own markers and a top-level automatic ``cache_control`` count against the
-   limit; the caller's markers are never moved or removed. More than the limit, a marker on a block
+1. **Census.** The caller's own markers, wherever they sit (on a block, or nested in one at any
+   depth: a document's ``source.content`` blocks, a search result inside a tool result, ...), and a
+   top-level automatic ``cache_control`` count against the limit and take part in the lifetime
+   order; the caller's markers are never moved or removed. More than the limit, a marker on a block
    that cannot carry one, or a 1-hour marker after a 5-minute one is the caller's error:
    :class:`PlanError` names the blocks (the provider would refuse the request the same way).
 2. **Candidates**, most valuable first while markers remain: the end of the conversation so far (the
@@ -139,10 +141,11 @@ def _ttl_of(control: Any, where: str, rules: CacheRules) -> Ttl:
 
 @dataclass(frozen=True, slots=True)
 class _Census:
-    """The caller's markers: on blocks (by index), nested in a block's content, and the automatic one."""
+    """The caller's markers: on blocks (by index), nested inside blocks (at any depth, in prefix
+    order, with their paths), and the automatic one."""
 
     marked: dict[int, Ttl]
-    nested: tuple[tuple[int, Ttl], ...]
+    nested: tuple[tuple[int, str, Ttl], ...]
     target: int | None
     automatic: Ttl | None
 
@@ -152,25 +155,37 @@ class _Census:
             return {**self.marked, self.target: self.automatic}
         return dict(self.marked)
 
-    def fixed(self) -> list[tuple[tuple[int, int], Ttl]]:
-        """Every marker in prefix order, keyed (block, 0) when nested in the block, (block, 1) on it."""
-        keyed = [((index, 0), ttl) for index, ttl in self.nested]
-        keyed += [((index, 1), ttl) for index, ttl in self.taken().items()]
-        return sorted(keyed)
+    def fixed(self) -> list[tuple[tuple[int, int], Ttl, str]]:
+        """Every marker in prefix order as (key, ttl, path): keyed (block, 0) when nested in the block
+        (the path names it), (block, 1) on it (path ``""``): a block's own marker ends the block,
+        after everything inside it."""
+        keyed = [((index, 0), ttl, where) for index, where, ttl in self.nested]
+        keyed += [((index, 1), ttl, "") for index, ttl in self.taken().items()]
+        # By position only (a stable sort): markers nested in one block keep their own order, which
+        # sorting by lifetime too would change (a later 1h would pass an earlier 5m).
+        return sorted(keyed, key=lambda item: item[0])
 
 
 def _census(body: dict[str, Any], blocks: Sequence[Block], rules: CacheRules) -> _Census:
-    """The caller's markers, checked as the API checks them: eligibility, lifetimes, the limit, order."""
+    """The caller's markers, checked as the API checks them: eligibility, lifetimes, the limit, order.
+
+    A marker counts wherever it sits: on a block, or nested in one at any depth (a document's
+    ``source.content`` blocks, a search result in a tool result, ...; :attr:`Block.nested`).
+    """
     marked: dict[int, Ttl] = {}
-    nested: list[tuple[int, Ttl]] = []
+    nested: list[tuple[int, str, Ttl]] = []
+    named: list[str] = []  # every marker's path, in prefix order, for the messages below
     for index, block in enumerate(blocks):
-        for k, control in enumerate(block.nested):
-            nested.append((index, _ttl_of(control, f"{block.where}.content.{k}", rules)))
+        for path, control in block.nested:
+            where = f"{block.where}.{path}"
+            nested.append((index, where, _ttl_of(control, where, rules)))
+            named.append(where)
         if block.marker is None:
             continue
         if not block.eligible:
             raise PlanError(f"{block.where}: a {block.kind or 'this'} block cannot carry cache_control")
         marked[index] = _ttl_of(block.marker, block.where, rules)
+        named.append(block.where)
     automatic: Ttl | None = None
     target: int | None = None
     if body.get("cache_control") is not None:
@@ -186,20 +201,25 @@ def _census(body: dict[str, Any], blocks: Sequence[Block], rules: CacheRules) ->
                 f"{blocks[target].where}: its cache_control conflicts with the top-level one "
                 f"({marked[target]} vs {automatic})"
             )
+        named.append("(top level)")
     census = _Census(marked, tuple(nested), target, automatic)
     count = len(census.taken()) + len(nested) + (1 if automatic is not None and target is None else 0)
     limit = rules.max_breakpoints or 0
     if count > limit:
-        where = [f"{blocks[i].where}.content" for i, _ in nested] + [blocks[i].where for i in sorted(marked)]
-        where += ["(top level)"] if automatic is not None else []
-        raise PlanError(f"{count} cache_control markers, at most {limit} allowed: {', '.join(where)}")
+        raise PlanError(f"{count} cache_control markers, at most {limit} allowed: {', '.join(named)}")
+    _check_order(census, blocks, rules)
+    return census
+
+
+def _check_order(census: _Census, blocks: Sequence[Block], rules: CacheRules) -> None:
+    """1-hour markers before 5-minute ones, in prefix order (the API refuses the request otherwise)."""
     shortest = float("inf")
-    for (index, _), ttl in census.fixed():
+    for (index, _), ttl, where in census.fixed():
         seconds = rules.ttl(ttl)
         if seconds > shortest:
-            raise PlanError(f"{blocks[index].where}: a ttl='1h' marker must not come after a ttl='5m' one")
+            name = where or blocks[index].where
+            raise PlanError(f"{name}: a ttl='1h' marker must not come after a ttl='5m' one")
         shortest = min(shortest, seconds)
-    return census
 
 
 def _last_eligible(blocks: Sequence[Block], start: int, stop: int = -1) -> int | None:
@@ -283,7 +303,7 @@ def add_marker(body: dict[str, Any], where: str, ttl: Ttl = "5m") -> dict[str, A
 
 
 def _lifetimes(
-    wanted: dict[int, Ttl], fixed: list[tuple[tuple[int, int], Ttl]], rules: CacheRules
+    wanted: dict[int, Ttl], fixed: list[tuple[tuple[int, int], Ttl, str]], rules: CacheRules
 ) -> dict[int, Ttl]:
     """Lifetimes for the added markers (on blocks) that keep 1h before 5m around the caller's markers."""
     if _LONG not in rules.ttl_seconds:
@@ -291,10 +311,14 @@ def _lifetimes(
     chosen = dict(wanted)
     for index in chosen:
         # Never longer than a caller's marker before it (one nested in this very block is before it).
-        if any(ttl == _SHORT for at, ttl in fixed if at < (index, 1)):
+        if any(ttl == _SHORT for at, ttl, _ in fixed if at < (index, 1)):
             chosen[index] = _SHORT
     # Never shorter than any marker after it.
-    every = sorted([*fixed, *(((index, 1), ttl) for index, ttl in chosen.items())], reverse=True)
+    every = sorted(
+        [*((at, ttl) for at, ttl, _ in fixed), *(((index, 1), ttl) for index, ttl in chosen.items())],
+        key=lambda item: item[0],
+        reverse=True,
+    )
     longest_after = False
     for (index, order), ttl in every:
         planned = order == 1 and index in chosen

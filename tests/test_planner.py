@@ -1,14 +1,18 @@
 """Breakpoint planning: the rules (properties over generated conversations) and what it saves,
 measured by the local backend's billing through the real SDKs.
 
-The property tests call the pure planner; an independent check is the local backend's own parser
-and Anthropic billing, which refuse what the API refuses (more than 4 markers, a marker on a
-thinking block, 1h after 5m). The savings tests run the drop-in clients against the backend, which
-bills each request by Anthropic's (or Bailian's) rules, and compare with markers placed by hand.
+The property tests call the pure planner on generated conversations whose blocks include every kind
+and nesting the anthropic SDK's types allow (tests/sdk_shapes.py), with the caller's markers on
+blocks and nested at any depth; independent checks are a marker count of the test's own and the
+local backend's parser and Anthropic billing, which refuse what the API refuses (more than 4
+markers, a marker on a thinking block, 1h after 5m). The savings tests run the drop-in clients
+against the backend, which bills each request by Anthropic's (or Bailian's) rules, and compare with
+markers placed by hand.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any
 
@@ -28,6 +32,7 @@ from cachekit.local.scripted import ByteTokenizer
 from cachekit.planner import PlanError, Planner, Recall, add_marker, plan_breakpoints
 from cachekit.providers.cache_rules import cache_rules
 from cachekit.tokens import encoding
+from tests import sdk_shapes
 
 MODEL = "claude-sonnet-4-5"
 RULES = cache_rules("anthropic", MODEL)
@@ -52,11 +57,52 @@ def _text(draw: Any) -> str:
     return draw(st.sampled_from(["Hello", "Find booking 7", "Done.", "Checking", "ok"]))
 
 
+# Blocks of every kind the anthropic SDK's types allow, at every nesting they allow (a document's
+# content source, a search result in a tool result, a document in a web fetch result, ...), each
+# dict that may carry a marker with an empty slot for one.
+_SDK_CONTENT = sdk_shapes.blocks(sdk_shapes.content_types())
+_SDK_TOOLS = sdk_shapes.blocks(sdk_shapes.tool_types(named=True))
+
+
+def _content(draw: Any, role: str, turn: int) -> Any:
+    kind = draw(st.sampled_from(["string", "sdk", "handmade"]))
+    if kind == "string":
+        return _text(draw)
+    if kind == "sdk":
+        return draw(st.lists(_SDK_CONTENT, min_size=1, max_size=3))
+    if role == "assistant":
+        content = []
+        if draw(st.booleans()):
+            content.append({"type": "thinking", "thinking": "hmm", "signature": "sig"})
+        content.append({"type": "text", "text": _text(draw)})
+        for k in range(draw(st.integers(0, 3))):
+            content.append({"type": "tool_use", "id": f"t{turn}_{k}", "name": "tool_0", "input": {"id": "7"}})
+        return content
+    content = [{"type": "text", "text": _text(draw)}]
+    if draw(st.booleans()):
+        content.append({"type": "text", "text": "cited", "citations": [{"type": "char_location"}]})
+    return content
+
+
+def _slots(body: dict[str, Any]) -> list[str]:
+    """Where a caller's marker may go, in prefix order: the blocks that may carry one, and the empty
+    slots nested inside blocks (``nested:`` paths), each block's before the block itself."""
+    found = []
+    for block in prompt_blocks("anthropic_messages", body):
+        value = functools.reduce(
+            lambda node, key: node[int(key) if isinstance(node, list) else key], block.where.split("."), body
+        )
+        found += [f"nested:{block.where}.{path}" for path in sdk_shapes.slots(value)]
+        if block.eligible:
+            found.append(block.where)
+    return found
+
+
 @st.composite
 def _bodies(draw: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"model": MODEL, "max_tokens": 8}
     if draw(st.booleans()):
-        body["tools"] = TOOLS[: draw(st.integers(1, 4))]
+        body["tools"] = TOOLS[: draw(st.integers(1, 4))] + draw(st.lists(_SDK_TOOLS, max_size=2))
     system = draw(st.sampled_from(["none", "string", "blocks"]))
     if system == "string":
         body["system"] = "You are terse."
@@ -65,36 +111,25 @@ def _bodies(draw: Any) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     for turn in range(draw(st.integers(1, 9))):
         role = "user" if turn % 2 == 0 else "assistant"
-        if draw(st.booleans()):
-            content: Any = _text(draw)
-        elif role == "assistant":
-            content = []
-            if draw(st.booleans()):
-                content.append({"type": "thinking", "thinking": "hmm", "signature": "sig"})
-            content.append({"type": "text", "text": _text(draw)})
-            for k in range(draw(st.integers(0, 3))):
-                content.append(
-                    {"type": "tool_use", "id": f"t{turn}_{k}", "name": "tool_0", "input": {"id": "7"}}
-                )
-        else:
-            content = [{"type": "text", "text": _text(draw)}]
-            if draw(st.booleans()):
-                content.append({"type": "text", "text": "cited", "citations": [{"type": "char_location"}]})
-        messages.append({"role": role, "content": content})
+        messages.append({"role": role, "content": _content(draw, role, turn)})
     if messages[-1]["role"] == "assistant":
         messages.append({"role": "user", "content": "go on"})
     body["messages"] = messages
-    # The caller's own markers: a valid set (at most 4 with the automatic one, 1h before 5m).
-    blocks = prompt_blocks("anthropic_messages", body)
-    eligible = [b for b in blocks if b.eligible]
+    # The caller's own markers, on blocks and nested at any depth: a valid set (at most 4 with the
+    # automatic one, 1h before 5m in prefix order).
+    slots = _slots(body)
+    nested = [slot for slot in slots if slot.startswith("nested:")]
+    pool = nested if nested and draw(st.booleans()) else slots  # blocks outnumber nested slots
     automatic = draw(st.booleans())
-    chosen = draw(
-        st.lists(st.sampled_from(eligible), max_size=3 if automatic else 4, unique_by=lambda b: b.where)
-    )
-    chosen.sort(key=blocks.index)
+    chosen = draw(st.lists(st.sampled_from(pool), max_size=3 if automatic else 4, unique=True))
+    chosen.sort(key=slots.index)  # prefix order
     long = draw(st.integers(0, len(chosen)))
-    for k, block in enumerate(chosen):
-        body = add_marker(body, block.where, "1h" if k < long else "5m")
+    for k, where in enumerate(chosen):
+        ttl = "1h" if k < long else "5m"
+        if where.startswith("nested:"):
+            body = sdk_shapes.put(body, where.removeprefix("nested:"), {"type": "ephemeral", "ttl": ttl})
+        else:
+            body = add_marker(body, where, ttl)
     if automatic:
         last = prompt_blocks("anthropic_messages", body)
         target = next(b for b in reversed(last) if b.eligible)
@@ -155,7 +190,15 @@ def test_planning_keeps_every_rule(case: tuple[dict[str, Any], list[int], Recall
     again = plan_breakpoints(planned, after, tokens, rules=RULES, recall=recall)
     assert again.body == planned
     assert again.placements == ()
-    # The backend, which refuses what the API refuses, accepts it.
+    # Counted at every depth, independently: at most 4 markers, 1h before 5m, the caller's unchanged.
+    every = [str(control.get("ttl", "5m")) for _, control in sdk_shapes.markers(planned)]
+    if planned.get("cache_control") is not None and after[markers[-1][0]].marker is None:
+        every.append(planned["cache_control"].get("ttl", "5m"))  # on the last block: last in order
+    assert len(every) <= 4
+    assert every == sorted(every, key=["1h", "5m"].index)
+    planned_markers = sdk_shapes.markers(planned)
+    assert all(marker in planned_markers for marker in sdk_shapes.markers(body))
+    # The backend, which refuses what the API refuses (it counts nested markers too), accepts it.
     parsed = parse("messages", planned, ByteTokenizer())
     AnthropicCache().account(
         model=MODEL,

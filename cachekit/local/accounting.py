@@ -82,6 +82,12 @@ class Segment:
     ``block_type`` (``"text"``, ``"tool_use"``, ``"tool_result"``, ``"thinking"``, ...) is optional:
     consecutive ``tool_use`` or ``tool_result`` blocks count as one lookback position where the
     provider says so, and it names the block in the API's error messages.
+
+    ``nested`` are the markers inside the block at any depth (a document's ``source.content``
+    blocks, a search result in a tool result, ...) as (path, ttl) in prefix order, before the
+    block's own marker: each counts against the limit and takes part in the 1h-before-5m order. A
+    segment is the finest position billed here, so a nested marker writes and reads at its block's
+    end, as one breakpoint with the block's own marker.
     """
 
     section: Section
@@ -93,6 +99,7 @@ class Segment:
     eligible: bool = True  # False for blocks that cannot carry cache_control (e.g. thinking blocks)
     where: str = ""  # a JSON-path-like location for error messages, e.g. "messages.3.content.0"
     block_type: str = ""  # the content block's type, when the caller knows it
+    nested: tuple[tuple[str, Ttl], ...] = ()  # markers inside the block: (path, ttl), prefix order
 
 
 @dataclass(frozen=True)
@@ -377,34 +384,30 @@ def _ineligible(s: Segment) -> CacheRuleError:
 def _breakpoints(
     segs: tuple[Segment, ...], automatic: Ttl | None, rules: CacheRules
 ) -> list[tuple[int, str]]:
-    """The request's breakpoints (index, ttl) in prefix order, after every check the API makes."""
-    marks: list[tuple[int, str]] = []
+    """The request's breakpoints (index, ttl) in prefix order, one per segment, after every check
+    the API makes; markers nested in a segment count in the checks and bill at the segment."""
+    every: list[tuple[int, str, str]] = []  # (segment, ttl, path) of every marker, in prefix order
     for index, s in enumerate(segs):
+        every += [(index, _valid_ttl(ttl, where, rules), where) for where, ttl in s.nested]
         if s.marker is None:
             continue
         if not s.eligible:
             raise _ineligible(s)
-        if s.marker not in rules.ttl_seconds:
-            options = ", ".join(repr(name) for name in rules.ttl_seconds)
-            raise CacheRuleError(
-                f"{_path(s.where, 'cache_control.ttl')}: must be one of {options}, got {s.marker!r}"
-            )
-        marks.append((index, s.marker))
+        every.append((index, _valid_ttl(s.marker, s.where, rules), s.where))
     if automatic is not None:
         if not rules.automatic_caching:
             raise CacheRuleError(
                 f"cache_control: a top-level cache_control is not supported for {rules.provider}"
             )
-        if automatic not in rules.ttl_seconds:
-            options = ", ".join(repr(name) for name in rules.ttl_seconds)
-            raise CacheRuleError(f"cache_control.ttl: must be one of {options}, got {automatic!r}")
+        _valid_ttl(automatic, "", rules)
         # "If the last block is not eligible as an automatic cache breakpoint target, the system silently
         # walks backward to find the nearest eligible block. If none is found, caching is skipped."
         target = next((i for i in range(len(segs) - 1, -1, -1) if segs[i].eligible), None)
         if target is not None:
             existing = segs[target].marker
             if existing is None:
-                marks.append((target, automatic))  # the last eligible block: still in prefix order
+                # The last eligible block: still in prefix order.
+                every.append((target, automatic, segs[target].where))
             elif existing != automatic:
                 # The docs say only "the API returns a 400 error"; this wording is ours.
                 raise CacheRuleError(
@@ -413,18 +416,30 @@ def _breakpoints(
                 )
             # Same TTL already on the last block: "automatic caching is a no-op".
     limit = rules.max_breakpoints or 0
-    if len(marks) > limit:
+    if len(every) > limit:
         # The automatic breakpoint "uses one of the 4 available breakpoint slots".
         raise CacheRuleError(
-            f"A maximum of {limit} blocks with cache_control may be provided. Found {len(marks)}."
+            f"A maximum of {limit} blocks with cache_control may be provided. Found {len(every)}."
         )
     shortest = float("inf")
-    for index, ttl in marks:
+    for _, ttl, where in every:
         seconds = rules.ttl(ttl)
         if seconds > shortest:
-            raise CacheRuleError(f"{_path(segs[index].where, 'cache_control.ttl')}: {_TTL_ORDER}")
+            raise CacheRuleError(f"{_path(where, 'cache_control.ttl')}: {_TTL_ORDER}")
         shortest = min(shortest, seconds)
-    return marks
+    # One breakpoint per segment, with the lifetime of its first marker (the longest, in valid order).
+    marks: dict[int, str] = {}
+    for index, ttl, _ in every:
+        marks.setdefault(index, ttl)
+    return list(marks.items())
+
+
+def _valid_ttl(ttl: str, where: str, rules: CacheRules) -> str:
+    """``ttl`` when the provider offers that lifetime, else the API's error."""
+    if ttl not in rules.ttl_seconds:
+        options = ", ".join(repr(name) for name in rules.ttl_seconds)
+        raise CacheRuleError(f"{_path(where, 'cache_control.ttl')}: must be one of {options}, got {ttl!r}")
+    return ttl
 
 
 def _prefix_hashes(root: bytes, segs: tuple[Segment, ...], context: bytes) -> list[bytes]:

@@ -6,7 +6,8 @@ provider's status, message and ``param``), then reduced to two views:
 * a :class:`~cachekit.local.engine.Prompt` for the engine (turns, tools, limits);
 * the prompt's cacheable positions in prefix order (tools, then system, then messages: one position
   per tool definition, per system block and per message content block), each with its token count,
-  its ``cache_control`` marker and whether it may carry one, for the providers' caching rules.
+  its ``cache_control`` marker, the markers nested inside it at any depth, and whether it may carry
+  one, for the providers' caching rules.
 
 Nothing here keeps or logs prompt text.
 """
@@ -21,7 +22,7 @@ import orjson
 
 from cachekit._types import Section, Ttl
 from cachekit.blocks import block_text as _block_text
-from cachekit.blocks import cache_context
+from cachekit.blocks import cache_context, nested_markers, without_markers
 from cachekit.blocks import text_of as _text_of
 from cachekit.local.accounting import Segment
 from cachekit.local.engine import Prompt, Tokenizer, ToolCall, ToolChoice, ToolSpec, Turn
@@ -30,6 +31,9 @@ from cachekit.local.wire import Endpoint
 __all__ = ["BadRequest", "Parsed", "parse"]
 
 _VOLATILE = ("stream", "stream_options")
+# Message content blocks without a cache_control field (the anthropic SDK's block params, stable and
+# beta): a marker on one is refused, and the automatic one walks back past it.
+_UNMARKABLE = frozenset({"thinking", "redacted_thinking", "fallback", "mcp_tool_listing"})
 
 
 class BadRequest(Exception):
@@ -80,8 +84,11 @@ _BOUNDARY_TAG = 1 << 47
 class _Builder:
     """Collects positions and turns while a request is walked."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, *, nested: bool) -> None:
         self.tokenizer = tokenizer
+        # Markers nested in blocks: the Messages API's (an OpenAI tool's parameters are a schema that
+        # may name a property cache_control; Chat content parts hold no blocks).
+        self.nested = nested
         self.segments: list[Segment] = []
         self.tokens: list[int] = []
         self.turns: list[Turn] = []
@@ -99,24 +106,37 @@ class _Builder:
         first: bool = True,
     ) -> None:
         marker = _marker(block, where)
-        content = (
-            {key: value for key, value in block.items() if key != "cache_control"}
-            if isinstance(block, dict)
-            else block
-        )
+        nested = _nested(block, where) if self.nested else ()
+        if not isinstance(block, dict):
+            content = block
+        elif nested:
+            content = without_markers(block)  # markers are not part of the prompt, at any depth
+        else:
+            content = {key: value for key, value in block.items() if key != "cache_control"}
         ids = self.tokenizer.encode(text)
         tag = _ROLE_TAGS.get(role or section, 6) << 40
         self.tokens.extend(
             token | tag | (_BOUNDARY_TAG if first and index == 0 else 0) for index, token in enumerate(ids)
         )
         body = _canonical([section, content])
-        self.segments.append(Segment(section, body, len(ids), marker, eligible, where, block_type))
+        self.segments.append(Segment(section, body, len(ids), marker, eligible, where, block_type, nested))
 
 
 def _marker(block: Any, where: str) -> Ttl | None:
     if not isinstance(block, dict) or block.get("cache_control") is None:
         return None
     return cache_control_ttl(block["cache_control"], f"{where}.cache_control")
+
+
+def _nested(block: Any, where: str) -> tuple[tuple[str, Ttl], ...]:
+    """The markers inside a block at any depth (the API takes one on a document's content blocks, a
+    search result in a tool result, ...), as (path, ttl) in prefix order."""
+    if not isinstance(block, dict):
+        return ()
+    return tuple(
+        (f"{where}.{path}", cache_control_ttl(control, f"{where}.{path}.cache_control"))
+        for path, control in nested_markers(block)
+    )
 
 
 def cache_control_ttl(control: Any, where: str) -> Ttl:
@@ -262,7 +282,7 @@ def _anthropic_turns(messages: list[Any], b: _Builder) -> None:
                 raise BadRequest(f"{where}.text: Input should be a valid string", param="messages")
             if kind == "text" and not block.get("text"):
                 raise BadRequest(f"{where}: text content blocks must be non-empty", param="messages")
-            eligible = kind not in ("thinking", "redacted_thinking")
+            eligible = kind not in _UNMARKABLE
             b.position(
                 "messages",
                 {**block, "role": role},
@@ -659,7 +679,7 @@ def parse(endpoint: Endpoint, payload: dict[str, Any], tokenizer: Tokenizer, *, 
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
         )
     _check_common(endpoint, payload)
-    b = _Builder(tokenizer)
+    b = _Builder(tokenizer, nested=endpoint in ("messages", "count_tokens"))
     automatic: Ttl | None = None
     context = b""
     stop: tuple[str, ...]
