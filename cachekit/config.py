@@ -107,11 +107,14 @@ class CacheConfig:
             32-byte key (the first is current), or a spec ``"kid:base64key,kid2:..."``; needs the
             ``encryption`` extra. An entry that does not decrypt is a miss.
         price_as: the provider whose price table prices calls to a host cachekit does not know (a
-            gateway, a proxy, or the local backend standing in for a provider), e.g. ``"anthropic"``.
-            Unset, such calls are recorded with their token counts but no cost. Keys are unaffected:
-            an unknown host's entries never mix with a known provider's. Its caching rules also plan
-            such calls' breakpoints (unset: none are planned; ``"openai"`` never sets OpenAI's
-            ``prompt_cache_key`` on another host).
+            gateway, a proxy, or the local backend standing in for a provider), e.g. ``"anthropic"``,
+            and whose caching rules plan their breakpoints (``"openai"`` never sets OpenAI's
+            ``prompt_cache_key`` on another host). Keys are unaffected: an unknown host's entries never
+            mix with a known provider's. Set, it takes precedence over what the host announces. Unset,
+            a host that announces its rules (``x-cachekit-rules``, as the local backend does) is
+            priced by them from its first answer on and planned from its second call on; any other
+            host's calls are recorded with their token counts but no cost, get no breakpoints, and
+            one warning per client names this option.
         breakpoints: ``auto`` (default): place ``cache_control`` breakpoints on requests to providers
             with explicit prompt caching (Anthropic, Bailian) and set ``prompt_cache_key`` on OpenAI
             requests that have none (see :mod:`cachekit.planner`); ``off``: send prompts as written.

@@ -55,7 +55,10 @@ from cachekit.lint import PrefixLinter, PrefixLintError, lint_request
 from cachekit.planner import Applied, PlanError, Planner, stable_first
 from cachekit.providers import (
     CREDENTIAL_HEADERS,
+    NO_PROMPT_CACHE,
     PROVIDERS,
+    RULES_HEADER,
+    HostRules,
     Route,
     error_body,
     incomplete_answer,
@@ -99,8 +102,17 @@ KEY_HEADER = "x-cachekit-key"
 #: ...: :mod:`cachekit.providers.state`).
 BYPASS_REASON_HEADER = "x-cachekit-bypass-reason"
 #: On an answer from upstream: the cache_control markers cachekit added (``where=ttl/reason, ...``), the
-#: ``prompt_cache_key`` it set, or ``none``.
+#: ``prompt_cache_key`` it set, ``none`` (planned, nothing to place), or ``off; <why>`` (the reasons below).
 BREAKPOINTS_HEADER = "x-cachekit-breakpoints"
+# Why no breakpoints were planned, as ``x-cachekit-breakpoints: off; <why>`` says it.
+_OFF_CONFIG = 'CacheConfig(breakpoints="off")'
+_OFF_REQUEST = "x-cachekit-breakpoints: off"
+_OFF_NOT_YET = "unknown host: no rules announced yet"
+_OFF_UNKNOWN = "unknown host: set price_as"
+_OFF_NO_CACHE = "host bills no prompt cache"
+_OFF_OPENAI_ELSEWHERE = "price_as=openai: prompt_cache_key goes to OpenAI only"
+_OFF_NOT_JSON = "not a JSON object"
+_OFF_PLAN_ERROR = "plan error"
 _ANTHROPIC_DIALECTS = ("anthropic_messages",)
 
 # Response headers that describe one connection or one client rather than the answer. They are not
@@ -420,12 +432,27 @@ def _semantic_header(value: str) -> tuple[bool, float | None]:
     return True, threshold
 
 
-def _miss_headers(applied: Applied | None, semantic: _SemanticCall | None) -> tuple[tuple[str, str], ...]:
-    """What cachekit tells about an answer it fetched: the breakpoints it planned, and the guards that
-    refused similar stored questions."""
+@dataclass(frozen=True, slots=True)
+class _Shaped:
+    """A request as it goes upstream, and what planning did to it."""
+
+    request: Request
+    #: The planner's work, or ``None`` when nothing was planned.
+    applied: Applied | None = None
+    #: The ``x-cachekit-breakpoints`` value (``None``: an answer that has no breakpoints to speak of).
+    breakpoints: str | None = None
+
+
+def _off(why: str) -> str:
+    return f"off; {why}"
+
+
+def _miss_headers(breakpoints: str | None, semantic: _SemanticCall | None) -> tuple[tuple[str, str], ...]:
+    """What cachekit tells about an answer it fetched: the breakpoints it planned (or why none), and
+    the guards that refused similar stored questions."""
     headers: list[tuple[str, str]] = []
-    if applied is not None:
-        headers.append((BREAKPOINTS_HEADER, applied.header()))
+    if breakpoints is not None:
+        headers.append((BREAKPOINTS_HEADER, breakpoints))
     if semantic is not None and semantic.lookup.rejected:
         headers.append((REFUSED_HEADER, ", ".join(sorted(semantic.lookup.rejected))))
     return tuple(headers)
@@ -584,6 +611,8 @@ class Pipeline:
         self._plan_salt = os.urandom(16)
         #: Places cache breakpoints on requests going upstream, and learns token ratios from usage.
         self.planner = Planner()
+        #: The caching rules that hosts outside the provider table announced (x-cachekit-rules).
+        self._hosts = HostRules()
         self._linter = (
             PrefixLinter(
                 patterns=config.volatile_patterns,
@@ -926,11 +955,12 @@ class Pipeline:
             return self._synthetic(request, route.dialect, 504, "api_error", message)
         self.stats.add("bypasses")
         try:
-            request, applied = self._shape(request, route, control, None, upstream)
+            shaped = self._shape(request, route, control, None, upstream)
         except PrefixLintError as exc:
             return self._refused(request, route.dialect, exc)
-        response = yield Send(request)
-        tagged = self._tag(response, "bypass", None, applied, reason=reason)
+        applied = shaped.applied
+        response = yield from self._send(shaped.request, route)
+        tagged = self._tag(response, "bypass", None, shaped.breakpoints, reason=reason)
         if not 200 <= response.status_code < 300:
             return tagged
         if applied is not None:
@@ -1039,14 +1069,15 @@ class Pipeline:
         try:
             self.stats.add("misses")
             try:
-                request, applied = self._shape(request, route, call.control, call.partition, upstream)
+                shaped = self._shape(request, route, call.control, call.partition, upstream)
             except PrefixLintError as exc:
                 return self._refused(request, route.dialect, exc)
-            response = yield Send(request)
+            request, applied, breakpoints = shaped.request, shaped.applied, shaped.breakpoints
+            response = yield from self._send(request, route)
             content_type = response.headers.get("content-type")
             if not 200 <= response.status_code < 300:
                 # Errors (429, 5xx, 4xx) are never stored; the SDK sees them untouched and retries.
-                return self._tag(response, "miss", key, applied, semantic)
+                return self._tag(response, "miss", key, breakpoints, semantic)
             if applied is not None:
                 self.planner.commit(applied)
             if call.form.streaming and _is_event_stream(content_type):
@@ -1061,18 +1092,16 @@ class Pipeline:
                     stored=lambda exc: self._stream_stored(exc, call, semantic),
                 )
                 handed_off = True
-                return self._tag(response, "miss", key, applied, semantic)
+                return self._tag(response, "miss", key, breakpoints, semantic)
             if not _is_json(content_type):
-                return self._tag(
-                    response, "miss", key, applied, semantic
-                )  # not a JSON document: never stored
+                return self._tag(response, "miss", key, breakpoints, semantic)  # not JSON: never stored
             yield Read(response)
             try:
                 document = orjson.loads(response.content)
             except orjson.JSONDecodeError:
                 # Labelled JSON but not JSON (a proxy's error page with a 200): passed on, never stored.
                 logger.warning("a 2xx answer labelled JSON is not JSON; not stored (key=%s)", key[-16:])
-                return self._tag(response, "miss", key, applied, semantic)
+                return self._tag(response, "miss", key, breakpoints, semantic)
             answer = record.CachedResponse(
                 status=response.status_code,
                 headers=_kept_headers(response),
@@ -1088,7 +1117,7 @@ class Pipeline:
                     "not a complete %s answer (%s); not stored (key=%s)", route.dialect, why, key[-16:]
                 )
                 self._account(call, answer, None, document, applied=applied)
-                return self._tag(response, "miss", key, applied, semantic)
+                return self._tag(response, "miss", key, breakpoints, semantic)
             stored = replace(answer, body=self._unechoed(route.dialect, "json", answer.body))
             if self.breaker.allow():
                 try:
@@ -1103,7 +1132,9 @@ class Pipeline:
                 self.stats.add("store_skips")
             self._account(call, stored, None, document, applied=applied)
             logger.debug("miss provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
-            return self._replay(request, answer, key, outcome="miss", extra=_miss_headers(applied, semantic))
+            return self._replay(
+                request, answer, key, outcome="miss", extra=_miss_headers(breakpoints, semantic)
+            )
         finally:
             # A stream's flight lands when the stream ends (see Tee); anything else lands here, whether
             # it succeeded, failed, or was cancelled.
@@ -1158,9 +1189,7 @@ class Pipeline:
             if not isinstance(body, dict):
                 body = {}
             model = body.get("model")
-            provider = call.route.provider
-            if self.config.price_as is not None and provider not in _KNOWN_PROVIDERS:
-                provider = self.config.price_as
+            provider = self._priced_as(call.route)
             # The usage is normalized once: the ledger's record carries it for the calibration too.
             usage = (
                 self._ledger.record_body(
@@ -1180,14 +1209,57 @@ class Pipeline:
         except Exception as exc:
             logger.warning("cost ledger failed to record a call: %s: %s", type(exc).__name__, exc)
 
-    def _rules_provider(self, route: Route) -> str | None:
-        """Whose caching rules plan this request: the known provider's; for a host cachekit does not
-        know (a gateway, a compatible server), the ``price_as`` provider's, since only the caller knows
-        what is behind it — except OpenAI's ``prompt_cache_key``, which goes to OpenAI alone."""
+    def _send(self, request: Request, route: Route) -> Generator[Effect, Any, Response]:
+        """Send a routed request upstream (every path does it here, sync and async alike); the answer
+        of a host outside the provider table may announce the caching rules it bills by."""
+        response: Response = yield Send(request)
+        if route.provider not in _KNOWN_PROVIDERS:
+            self._learn_rules(route, response)
+        return response
+
+    def _learn_rules(self, route: Route, response: Response) -> None:
+        """Remember the rules an unknown host announced; warn once per host that announced none, when
+        the caller named no ``price_as`` either and something is lost (planning or prices)."""
+        answered = 200 <= response.status_code < 300
+        silent = self._hosts.learn(route, response.headers.get(RULES_HEADER), answered=answered)
+        wanted = self.config.breakpoints == "auto" or self._ledger is not None
+        if silent and self.config.price_as is None and wanted:
+            logger.warning(
+                "cachekit: %s is not a provider cachekit knows and announced no caching rules: its calls "
+                "get no cache breakpoints and no price. Name the provider behind it with "
+                "CacheConfig(price_as=...), e.g. price_as='anthropic'",
+                route.provider,
+            )
+
+    def _rules_provider(self, route: Route) -> tuple[str | None, str]:
+        """Whose caching rules plan this request, or ``None`` and why not (``x-cachekit-breakpoints:
+        off; <why>``). A known provider's own; for a host cachekit does not know (a gateway, a
+        compatible server), the ``price_as`` provider's, since only the caller knows what is behind
+        it, else the rules the host announced (none yet on the first call: it goes as written).
+        OpenAI's ``prompt_cache_key`` goes to OpenAI, or to a host that announced OpenAI's rules."""
+        if route.provider in _KNOWN_PROVIDERS:
+            return route.provider, ""
+        announced = self._hosts.announced(route)
+        if self.config.price_as is not None:
+            named = self.config.price_as.strip().lower()
+            if named == "openai" and announced != "openai":
+                return None, _OFF_OPENAI_ELSEWHERE
+            return named, ""
+        if announced == NO_PROMPT_CACHE:
+            return None, _OFF_NO_CACHE
+        if announced is not None:
+            return announced, ""
+        return None, _OFF_UNKNOWN if self._hosts.answered(route) else _OFF_NOT_YET
+
+    def _priced_as(self, route: Route) -> str:
+        """Whose price table prices a call: the known provider's, else ``price_as`` (the caller knows
+        best), else the rules the host announced, else the host's own name (no price)."""
         if route.provider in _KNOWN_PROVIDERS:
             return route.provider
-        named = self.config.price_as.strip().lower() if self.config.price_as is not None else None
-        return None if named == "openai" else named
+        if self.config.price_as is not None:
+            return self.config.price_as
+        announced = self._hosts.announced(route)
+        return announced if announced is not None and announced != NO_PROMPT_CACHE else route.provider
 
     def _plan_partition(self, request: Request, control: _Control) -> str:
         """The planner's and lint's partition for a call without a cache key (bypassed, cache off, store
@@ -1221,24 +1293,28 @@ class Pipeline:
         control: _Control,
         partition: str | None,
         body: dict[str, Any] | None = None,
-    ) -> tuple[Request, Applied | None]:
+    ) -> _Shaped:
         """The request as it goes upstream: linted, then with cache breakpoints (or OpenAI's
-        ``prompt_cache_key``) planned. A lint error the caller asked to raise propagates; anything
-        else that goes wrong here is logged and the request goes as it was."""
-        if route.dialect == "anthropic_count_tokens" or (self._linter is None and not control.breakpoints):
-            return request, None
+        ``prompt_cache_key``) planned, and the ``x-cachekit-breakpoints`` value that says what was
+        planned or why nothing was. A lint error the caller asked to raise propagates; anything else
+        that goes wrong here is logged and the request goes as it was."""
+        if route.dialect == "anthropic_count_tokens":
+            return _Shaped(request)  # counting tokens is not billed: no breakpoints to speak of
+        off = "" if control.breakpoints else _OFF_CONFIG if self.config.breakpoints == "off" else _OFF_REQUEST
+        if self._linter is None and off:
+            return _Shaped(request, breakpoints=_off(off))
         if body is None:
             # Not parsed on the way here (a store-less path): only a JSON body already in memory.
             content = _json_content(request, dict(request.headers.items()))
             body = _parse_object(content) if content is not None else None
         if body is None:
-            return request, None
+            return _Shaped(request, breakpoints=_off(off or _OFF_NOT_JSON))
         if partition is None:  # a call without a cache key: derived here, only when it is needed
             partition = self._plan_partition(request, control)
         try:
             blocks: tuple[Block, ...] | None = prompt_blocks(route.dialect, body)
         except (TypeError, ValueError):  # not serializable: the provider will refuse it anyway
-            return request, None
+            return _Shaped(request, breakpoints=_off(off or _OFF_PLAN_ERROR))
         if self._linter is not None:
             try:
                 self._linter.check(
@@ -1252,9 +1328,11 @@ class Pipeline:
                 raise
             except Exception as exc:
                 logger.warning("cachekit lint failed: %s: %s", type(exc).__name__, exc)
-        provider = self._rules_provider(route) if control.breakpoints else None
+        if off:
+            return _Shaped(request, breakpoints=_off(off))
+        provider, why = self._rules_provider(route)
         if provider is None:
-            return request, None
+            return _Shaped(request, breakpoints=_off(why))
         try:
             volatile: set[str] = set()
             if self.config.stable_first:
@@ -1277,9 +1355,9 @@ class Pipeline:
                 blocks=blocks,
             )
             if not applied.changed:
-                return request, applied
+                return _Shaped(request, applied, applied.header())
             self.stats.add("planned")
-            return rebuild_request(request, canonical.dumps(applied.body)), applied
+            return _Shaped(rebuild_request(request, canonical.dumps(applied.body)), applied, applied.header())
         except PlanError as exc:
             # The provider will refuse the request with its own 400; it goes as the caller wrote it.
             self.stats.add("plan_errors")
@@ -1287,7 +1365,7 @@ class Pipeline:
         except Exception as exc:
             self.stats.add("plan_errors")
             logger.warning("cachekit: breakpoint planning failed: %s: %s", type(exc).__name__, exc)
-        return request, None
+        return _Shaped(request, breakpoints=_off(_OFF_PLAN_ERROR))
 
     # -- steps --------------------------------------------------------------------------------------
 
@@ -1444,7 +1522,7 @@ class Pipeline:
         response: Response,
         outcome: CacheOutcome,
         key: str | None,
-        applied: Applied | None = None,
+        breakpoints: str | None = None,
         semantic: _SemanticCall | None = None,
         *,
         reason: str | None = None,
@@ -1452,7 +1530,7 @@ class Pipeline:
         response.headers[CACHE_HEADER] = outcome
         if key is not None:
             response.headers[KEY_HEADER] = key[-16:]
-        for name, value in (*_miss_headers(applied, semantic), *_reason_header(reason)):
+        for name, value in (*_miss_headers(breakpoints, semantic), *_reason_header(reason)):
             response.headers[name] = value
         return response
 

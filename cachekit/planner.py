@@ -638,7 +638,10 @@ class Planner:
         raw = [count + b.media_tokens for count, b in zip(raw, blocks, strict=True)]
         estimate = 0 if media else sum(raw)
         if rules.mode == "automatic":
-            if provider != "openai" or body.get("prompt_cache_key") is not None:
+            # prompt_cache_key is a field of OpenAI's APIs: never put into a Messages body (a host that
+            # bills the Messages API by OpenAI's rules, such as the local backend with rules="openai").
+            openai_api = dialect.startswith("openai")
+            if provider != "openai" or not openai_api or body.get("prompt_cache_key") is not None:
                 return Applied(body, estimate=estimate, model=model)
             key = prompt_cache_key(dialect, body)
             return Applied({**body, "prompt_cache_key": key}, None, key, estimate, model, True)

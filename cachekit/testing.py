@@ -161,9 +161,10 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         self._scripted: deque[_Scripted] = deque()
         self._stream_breaks: deque[_StreamBreak] = deque()
         # The local backend's scripted engine answers; usage is a 4-bytes-per-token estimate and
-        # every prompt token is billed as uncached (no provider cache is simulated here).
+        # every prompt token is billed as uncached (no provider cache is simulated here). Like the
+        # providers it imitates, it announces no caching rules (no x-cachekit-rules header).
         engine = ScriptedEngine(ByteTokenizer(), reply_prefix="Fake reply")
-        self._backend = LocalBackend(engine, rules="none", accept_any_model=True)
+        self._backend = LocalBackend(engine, rules="none", accept_any_model=True, announce=False)
 
     # -- inspection and scripting ---------------------------------------------------------------
 

@@ -16,6 +16,10 @@ Which rules bill a request (``rules=``): ``"auto"`` bills each API by its provid
 prefix caching); ``"anthropic"`` applies the explicit-breakpoint rules to every API (OpenAI-compatible
 providers with Anthropic-style markers, such as Alibaba Cloud Model Studio); ``"openai"`` applies
 automatic caching to every API; ``"none"`` bills every token as uncached.
+
+Every answer names the rules it was billed by in ``x-cachekit-rules`` (``anthropic``, ``bailian``,
+``openai`` or ``none``: :meth:`LocalBackend.rules_for`), so cachekit plans breakpoints for the backend
+without being told which provider it stands in for (:class:`cachekit.providers.HostRules`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import orjson
@@ -46,6 +50,7 @@ from cachekit.local.wire import (
     render,
     stream_error_event,
 )
+from cachekit.providers.announced import NO_PROMPT_CACHE, RULES_HEADER
 
 __all__ = ["BackendStats", "LocalBackend", "Rules"]
 
@@ -86,6 +91,8 @@ class LocalBackend:
         models: the model names accepted; others get the provider's 404. By default every model in
             cachekit's price and cache-rule tables plus the engine's own name.
         accept_any_model: accept every model name (a test double of an unknown provider).
+        announce: name the rules each answer is billed by in its ``x-cachekit-rules`` header (the
+            real providers do not; :class:`cachekit.testing.FakeUpstream` imitates them).
     """
 
     def __init__(
@@ -97,6 +104,7 @@ class LocalBackend:
         capacity_tokens: int = 50_000_000,
         models: Iterable[str] | None = None,
         accept_any_model: bool = False,
+        announce: bool = True,
     ) -> None:
         if rules not in _RULES:
             raise ValueError(f"rules must be one of {', '.join(_RULES)}, not {rules!r}")
@@ -113,6 +121,7 @@ class LocalBackend:
         self._openai = OpenAICache(clock=clock, capacity_tokens=capacity_tokens)
         self._models = frozenset(models) if models is not None else None
         self._accept_any_model = accept_any_model
+        self._announce = announce
         self._lock = threading.Lock()  # the counters
         self._requests = 0
         self._errors = 0
@@ -152,7 +161,23 @@ class LocalBackend:
         if reply.status >= 400:
             with self._lock:
                 self._errors += 1
-        return reply
+        return replace(reply, headers=(*reply.headers, *self.announcement(dialect)))
+
+    def rules_for(self, dialect: Dialect) -> str:
+        """The provider whose prompt-caching rules bill ``dialect``'s APIs (a name of cachekit's
+        cache-rules table), or ``none``."""
+        rules = self.rules
+        if rules == "auto":
+            rules = dialect
+        if rules == "anthropic":
+            # Explicit breakpoints on the OpenAI-compatible APIs are Alibaba Cloud Model Studio's.
+            return "anthropic" if dialect == "anthropic" else "bailian"
+        return rules if rules == "openai" else NO_PROMPT_CACHE
+
+    def announcement(self, dialect: Dialect) -> tuple[tuple[str, str], ...]:
+        """The header that names the rules an answer in ``dialect`` is billed by (none when
+        ``announce`` is off). Every answer carries it, errors included."""
+        return ((RULES_HEADER, self.rules_for(dialect)),) if self._announce else ()
 
     def close(self) -> None:
         """Close the engine (it persists its caches where it keeps them on disk)."""
@@ -191,7 +216,7 @@ class LocalBackend:
             parsed = parse(endpoint, payload, self.engine.tokenizer, salt=tenant)
             self._check_model(dialect, parsed)
             self._check_context(dialect, endpoint, parsed)
-            billing = self._bill(endpoint, payload, parsed, tenant)
+            billing = self._bill(endpoint, dialect, payload, parsed, tenant)
         except BadRequest as error:
             return error_reply(dialect, error.status, error.message, param=error.param, code=error.code)
         except CacheRuleError as error:
@@ -248,16 +273,16 @@ class LocalBackend:
             code="context_length_exceeded",
         )
 
-    def _bill(self, endpoint: Endpoint, payload: dict[str, Any], parsed: Parsed, tenant: bytes) -> Billing:
+    def _bill(
+        self, endpoint: Endpoint, dialect: Dialect, payload: dict[str, Any], parsed: Parsed, tenant: bytes
+    ) -> Billing:
         total = sum(segment.tokens for segment in parsed.segments)
-        rules = self.rules
-        if rules == "auto":
-            rules = "anthropic" if endpoint in ("messages", "count_tokens") else "openai"
-        if endpoint == "count_tokens" or rules == "none":
+        rules = self.rules_for(dialect)
+        if endpoint == "count_tokens" or rules == NO_PROMPT_CACHE:
             billing = Billing(total)
-        elif rules == "anthropic":
+        elif rules != "openai":
             # The rule sets lock their own state: no backend lock around them.
-            explicit = self._anthropic if endpoint == "messages" else self._bailian
+            explicit = self._anthropic if rules == "anthropic" else self._bailian
             usage = explicit.account(
                 model=parsed.prompt.model,
                 partition=tenant,

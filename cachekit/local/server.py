@@ -92,8 +92,10 @@ class _Handler(BaseHTTPRequestHandler):
         except _BadBody as bad:
             # The rest of the body is unread: answer in the API's shape and close the connection.
             self.close_connection = True
-            reply = error_reply(dialect_of(endpoint_of(self.command, path), headers), bad.status, str(bad))
-            self._send(reply.status, [*reply.headers, ("connection", "close")], reply.content)
+            dialect = dialect_of(endpoint_of(self.command, path), headers)
+            reply = error_reply(dialect, bad.status, str(bad))
+            announced = self.server.backend.announcement(dialect)
+            self._send(reply.status, [*reply.headers, *announced, ("connection", "close")], reply.content)
             return
         reply = self.server.backend.handle(
             self.command, path, headers, body, host=headers.get("host", "localhost")

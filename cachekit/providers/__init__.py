@@ -6,11 +6,14 @@ OpenAI-compatible endpoint (DeepSeek, Kimi, GLM, Bailian, Gemini, xAI) is cached
 speaks. Anything else is not routed and passes through untouched. A routed request that depends on
 state outside its body (a Responses ``conversation``, a live web search, ...) is never cached:
 :func:`server_state` says why (:mod:`cachekit.providers.state`). Only a complete answer of its dialect
-is stored: :func:`incomplete_answer` (:mod:`cachekit.providers.answers`).
+is stored: :func:`incomplete_answer` (:mod:`cachekit.providers.answers`). A host outside the table may
+announce the prompt-caching rules it bills by (``x-cachekit-rules``): :class:`HostRules`
+(:mod:`cachekit.providers.announced`).
 """
 
 from __future__ import annotations
 
+from cachekit.providers.announced import NO_PROMPT_CACHE, RULES_HEADER, HostRules
 from cachekit.providers.answers import incomplete_answer
 from cachekit.providers.registry import (
     CREDENTIAL_HEADERS,
@@ -24,7 +27,10 @@ from cachekit.providers.state import server_state
 
 __all__ = [
     "CREDENTIAL_HEADERS",
+    "NO_PROMPT_CACHE",
     "PROVIDERS",
+    "RULES_HEADER",
+    "HostRules",
     "Provider",
     "Route",
     "error_body",
