@@ -183,6 +183,7 @@ def purge_semantic(
         raise ConfigError("purge_semantic needs a tenant, a namespace or keys (to empty an index, clear it)")
     if not isinstance(index, PurgeableIndex):
         raise ConfigError(f"{type(index).__name__} cannot be purged (it has no remove_where)")
+
     def selected(entry_key: str) -> bool:
         if keys is not None and entry_key not in keys:
             return False
