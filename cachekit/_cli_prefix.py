@@ -49,8 +49,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--pattern",
         metavar="REGEX",
         action="append",
-        default=[],
-        help="also report matches of this regular expression (repeatable)",
+        help="also report matches of this regular expression (repeatable; default: the built-in checks only)",
     )
     lint.set_defaults(run=_lint)
 
@@ -129,7 +128,7 @@ def _lint(args: argparse.Namespace, out: TextIO) -> int:
             return 2
         bodies.append((path, body))
     try:
-        linter = PrefixLinter(patterns=args.pattern)
+        linter = PrefixLinter(patterns=args.pattern or ())
     except ConfigError as error:
         out.write(f"cachekit lint: {error}\n")
         return 2

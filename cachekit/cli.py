@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from cachekit._progress import ProgressPrinter
 from cachekit._version import __version__
 from cachekit.errors import install_command
 
@@ -40,8 +41,19 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _report(args: argparse.Namespace, out: TextIO) -> int:
+    from pathlib import Path
+
+    from cachekit.cost.ledger import default_ledger_path
     from cachekit.cost.report import render_report
 
+    ledger = Path(args.ledger) if args.ledger else default_ledger_path()
+    if not ledger.exists():
+        # An all-zero table would read as "caching saved nothing"; the truth is nothing was recorded here.
+        out.write(
+            f"cachekit report: no ledger at {ledger}: no call has been recorded there "
+            "(name another with --ledger PATH)\n"
+        )
+        return 1
     try:
         text = render_report(
             args.ledger, by=args.by, since=args.since, as_json=args.json, plot_path=args.plot
@@ -153,14 +165,78 @@ def _open_semantic_index(args: argparse.Namespace, url: str | None) -> Any:
         return None
 
 
-def _purge(args: argparse.Namespace, out: TextIO) -> int:
+def _older_than(text: str | None) -> float | None:
+    """``--older-than`` in seconds: ``0s`` is everything written until now, and so is a date to come."""
+    if text is None:
+        return None
     from cachekit.cost.report import parse_since
-    from cachekit.errors import CachekitError
-    from cachekit.ops import purge, purge_semantic
 
+    now = time.time()  # one clock reading: "0s" is exactly 0, never a hair below it
+    try:
+        since = parse_since(text, now=now)
+    except ValueError:
+        raise ValueError(
+            f"--older-than takes a duration like 30d, 12h, 30m or 0s, or an ISO date; got {text!r}"
+        ) from None
+    return max(0.0, now - since)
+
+
+def _purge_refusal(args: argparse.Namespace) -> str | None:
+    """Why ``purge`` will not run as asked (before anything is opened), or ``None``."""
+    filters = {"--tenant": args.tenant, "--namespace": args.namespace, "--older-than": args.older_than}
+    given = [flag for flag, value in filters.items() if value is not None]
+    if args.all and given:
+        return f"--all deletes everything; it takes no {', '.join(given)}"
+    if args.all and not (args.yes or args.dry_run):
+        return (
+            "--all deletes every entry of the store and of its semantic index: add --yes to do it "
+            "(or --dry-run to count them first)"
+        )
+    if not args.all and not given:
+        return (
+            "purge needs --tenant, --namespace or --older-than to choose what to delete; "
+            "to delete everything (the store and its semantic index): --all --yes"
+        )
+    return None
+
+
+def _purge_store(
+    args: argparse.Namespace, store: Any, older_than: float | None, matched: set[str] | None
+) -> int:
+    from cachekit.ops import clear_store, purge
+
+    if args.all:
+        return clear_store(store, dry_run=args.dry_run)
+    return purge(
+        store,
+        tenant=args.tenant,
+        namespace=args.namespace,
+        older_than=older_than,
+        dry_run=args.dry_run,
+        matched=matched,
+    )
+
+
+def _purge_index(args: argparse.Namespace, index: Any, matched: set[str] | None) -> int:
+    from cachekit.ops import clear_semantic, purge_semantic
+
+    if args.all:
+        return clear_semantic(index, dry_run=args.dry_run)
+    return purge_semantic(
+        index, tenant=args.tenant, namespace=args.namespace, keys=matched, dry_run=args.dry_run
+    )
+
+
+def _purge(args: argparse.Namespace, out: TextIO) -> int:
+    from cachekit.errors import CachekitError
+
+    refusal = _purge_refusal(args)
+    if refusal is not None:
+        out.write(f"cachekit purge: {refusal}\n")
+        return 2
     verb = "would delete" if args.dry_run else "deleted"
     try:
-        older_than = time.time() - parse_since(args.older_than) if args.older_than else None
+        older_than = _older_than(args.older_than)
         index_url = _semantic_index_url(args.semantic_index, args.store)
         index = _open_semantic_index(args, index_url)
         try:
@@ -168,22 +244,12 @@ def _purge(args: argparse.Namespace, out: TextIO) -> int:
             matched: set[str] | None = set() if older_than is not None and index is not None else None
             store = _open_store(args.store)
             try:
-                count = purge(
-                    store,
-                    tenant=args.tenant,
-                    namespace=args.namespace,
-                    older_than=older_than,
-                    dry_run=args.dry_run,
-                    matched=matched,
-                )
+                count = _purge_store(args, store, older_than, matched)
             finally:
                 store.close()
             out.write(f"{verb} {count} entries\n")
             if index is not None:
-                semantic = purge_semantic(
-                    index, tenant=args.tenant, namespace=args.namespace, keys=matched, dry_run=args.dry_run
-                )
-                out.write(f"{verb} {semantic} semantic index entries\n")
+                out.write(f"{verb} {_purge_index(args, index, matched)} semantic index entries\n")
             elif index_url is not None:
                 out.write(f"semantic index not searched: it needs {install_command('semantic')}\n")
         finally:
@@ -235,13 +301,15 @@ def _semantic_eval(args: argparse.Namespace, out: TextIO) -> int:
             index = RedisVectorIndex(args.redis_url, timeout=5.0)
         threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
         try:
-            report = evaluate(
-                pairs,
-                embedder=default_embedder(),
-                threshold=threshold,
-                guards=not args.no_guards,
-                index=index,
-            )
+            with ProgressPrinter(sys.stderr, "cachekit semantic-eval") as progress:
+                report = evaluate(
+                    pairs,
+                    embedder=default_embedder(),
+                    threshold=threshold,
+                    guards=not args.no_guards,
+                    index=index,
+                    progress=progress,
+                )
         finally:
             if index is not None:
                 index.close()
@@ -294,13 +362,15 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
                 sys.stderr.write(f"cachekit replay: skipped {item}\n")
             else:
                 conversations.append(item)
-        results = replay(
-            conversations,
-            provider=args.provider,
-            model=args.model,
-            policies=args.policy or POLICIES,
-            gap_seconds=args.gap_seconds,
-        )
+        with ProgressPrinter(sys.stderr, "cachekit replay") as progress:
+            results = replay(
+                conversations,
+                provider=args.provider,
+                model=args.model,
+                policies=args.policy or POLICIES,
+                gap_seconds=args.gap_seconds,
+                progress=progress,
+            )
     except (OSError, ValueError, MissingExtraError) as exc:
         sys.stderr.write(f"cachekit replay: {exc}\n")
         return 2
@@ -342,11 +412,19 @@ def _add_demo(commands: Any) -> None:
         "--engine",
         choices=("transformers", "scripted"),
         default="transformers",
-        help="transformers: SmolLM2 on CPU or GPU (default); scripted: instant canned answers",
+        help="transformers: SmolLM2 on CPU or GPU; scripted: instant canned answers (default: %(default)s)",
     )
-    demo.add_argument("--provider", choices=("anthropic", "openai"), default="anthropic")
     demo.add_argument(
-        "--chart", default="cachekit-demo.png", metavar="PNG", help="where to write the chart (%(default)s)"
+        "--provider",
+        choices=("anthropic", "openai"),
+        default="anthropic",
+        help="the SDK and API the conversation goes through (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--chart",
+        default="cachekit-demo.png",
+        metavar="PNG",
+        help="where to write the chart (default: %(default)s)",
     )
     demo.add_argument("--no-chart", action="store_true", help="do not write a chart")
     demo.set_defaults(run=_demo)
@@ -366,7 +444,12 @@ def _add_replay(commands: Any) -> None:
         ),
     )
     replay.add_argument("traces", metavar="TRACES.jsonl", help="one conversation per line (Anthropic layout)")
-    replay.add_argument("--provider", choices=("anthropic",), default="anthropic")
+    replay.add_argument(
+        "--provider",
+        choices=("anthropic",),
+        default="anthropic",
+        help="the API the traces are replayed through (default: %(default)s)",
+    )
     replay.add_argument(
         "--model", default="claude-sonnet-4-5", help="prices and cache rules (default: %(default)s)"
     )
@@ -376,8 +459,12 @@ def _add_replay(commands: Any) -> None:
         choices=POLICIES,
         help="a policy to replay (repeatable; default: all)",
     )
-    replay.add_argument("--gap-seconds", type=float, default=5.0, help="seconds between requests (default 5)")
-    replay.add_argument("--limit", type=int, help="only the first N conversations")
+    replay.add_argument(
+        "--gap-seconds", type=float, default=5.0, help="seconds between requests (default: %(default)g)"
+    )
+    replay.add_argument(
+        "--limit", type=int, metavar="N", help="only the first N conversations (default: all)"
+    )
     replay.add_argument("--json", action="store_true", help="one JSON object per policy")
     replay.set_defaults(run=_replay)
     from cachekit._cli_prefix import register  # diff and lint
@@ -385,37 +472,59 @@ def _add_replay(commands: Any) -> None:
     register(commands)
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cachekit", description="Caching middleware for hosted LLM APIs.")
-    parser.add_argument("--version", action="version", version=f"cachekit {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    _add_demo(commands)
+_SINCE_HELP = "since then: 7d, 12h, 30m, or an ISO date (default: every call)"
+_STORE_HELP = "the store URL (default: $CACHEKIT_CACHE_URL, else SQLite under $CACHEKIT_HOME)"
+
+
+def _add_report(commands: Any) -> None:
     report = commands.add_parser("report", help="cost with and without caching, from the cost ledger")
-    report.add_argument("--since", help="only calls since then: 7d, 12h, 30m, or an ISO date")
+    report.add_argument("--since", help=f"only calls {_SINCE_HELP}")
     report.add_argument(
         "--by",
         default="model",
-        help="group by model, tenant, site, day, provider or outcome (comma-separated)",
+        help="group by model, tenant, site, day, provider or outcome, comma-separated (default: %(default)s)",
     )
     report.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    report.add_argument("--plot", metavar="PNG", help="also write a chart of cost with and without caching")
+    report.add_argument(
+        "--plot", metavar="PNG", help="also write a chart of cost with and without caching (default: none)"
+    )
     report.add_argument(
         "--ledger", metavar="PATH", help="a ledger file (default: $CACHEKIT_HOME/ledger.sqlite3)"
     )
     report.set_defaults(run=_report)
-    store_help = "the store URL (default: $CACHEKIT_CACHE_URL, else SQLite under $CACHEKIT_HOME)"
+
+
+def _add_stats(commands: Any) -> None:
     stats = commands.add_parser("stats", help="entries and sizes per namespace, hit rates by layer")
-    stats.add_argument("--store", metavar="URL", help=store_help)
-    stats.add_argument("--namespace", help="only this namespace")
-    stats.add_argument("--ledger", metavar="PATH", help="the cost ledger for hit rates (default: the usual)")
-    stats.add_argument("--since", help="hit rates of calls since then: 7d, 12h, 30m, or an ISO date")
+    stats.add_argument("--store", metavar="URL", help=_STORE_HELP)
+    stats.add_argument("--namespace", help="only this namespace (default: every namespace)")
+    stats.add_argument(
+        "--ledger",
+        metavar="PATH",
+        help="the cost ledger for hit rates (default: $CACHEKIT_HOME/ledger.sqlite3)",
+    )
+    stats.add_argument("--since", help=f"hit rates of calls {_SINCE_HELP}")
     stats.add_argument("--json", action="store_true", help="print JSON")
     stats.set_defaults(run=_stats)
-    purge = commands.add_parser("purge", help="delete entries by tenant, namespace or age")
-    purge.add_argument("--store", metavar="URL", help=store_help)
-    purge.add_argument("--tenant", help="entries of this tenant")
-    purge.add_argument("--namespace", help="entries of this namespace")
-    purge.add_argument("--older-than", metavar="AGE", help="entries written before then: 7d, 12h, 30m")
+
+
+def _add_purge(commands: Any) -> None:
+    purge = commands.add_parser(
+        "purge",
+        help="delete entries by tenant, namespace or age, or all of them",
+        description="Deletes the entries that match every filter given, or with --all --yes every entry.",
+    )
+    purge.add_argument("--store", metavar="URL", help=_STORE_HELP)
+    purge.add_argument("--tenant", help="entries of this tenant (default: any tenant)")
+    purge.add_argument("--namespace", help="entries of this namespace (default: any namespace)")
+    purge.add_argument(
+        "--older-than",
+        metavar="AGE",
+        help="entries written before then: 30d, 12h, 30m, 0s (all until now) or a date (default: any age)",
+    )
+    everything = "every entry of the store and of its semantic index (needs --yes; takes no other filter)"
+    purge.add_argument("--all", action="store_true", help=everything)
+    purge.add_argument("--yes", action="store_true", help="confirm --all")
     purge.add_argument("--dry-run", action="store_true", help="count what would be deleted")
     purge.add_argument(
         "--semantic-index",
@@ -423,34 +532,57 @@ def _build_parser() -> argparse.ArgumentParser:
         help="the Redis 8 semantic index to purge too (default: the store's, when the store is Redis)",
     )
     purge.set_defaults(run=_purge)
+
+
+def _add_health(commands: Any) -> None:
     check = commands.add_parser("health", help="probe the store (exit 0 when healthy): a readiness check")
-    check.add_argument("--store", metavar="URL", help=store_help)
+    check.add_argument("--store", metavar="URL", help=_STORE_HELP)
     check.add_argument(
-        "--budget-ms", type=float, default=250.0, help="slowest healthy round trip (default 250)"
+        "--budget-ms", type=float, default=250.0, help="slowest healthy round trip (default: %(default)g ms)"
     )
     check.set_defaults(run=_health)
+
+
+def _add_semantic_eval(commands: Any) -> None:
     evaluation = commands.add_parser(
         "semantic-eval",
         help="precision and recall of the semantic cache on labelled question pairs",
         description="For each pair, in an empty partition: store a with a dummy answer, look up b.",
     )
     evaluation.add_argument("pairs", metavar="PAIRS.jsonl", help='lines of {"a", "b", "same", "kind"}')
-    evaluation.add_argument("--threshold", type=float, help="cosine threshold (default: the built-in one)")
+    evaluation.add_argument(
+        "--threshold", type=float, help="cosine threshold (default: the semantic cache's, 0.8)"
+    )
     evaluation.add_argument("--no-guards", action="store_true", help="the threshold alone decides")
-    evaluation.add_argument("--index", choices=("memory", "redis"), default="memory")
-    evaluation.add_argument("--redis-url", metavar="URL", help="a Redis 8 server for --index redis")
+    evaluation.add_argument(
+        "--index",
+        choices=("memory", "redis"),
+        default="memory",
+        help="the vector index the pairs are looked up in (default: %(default)s)",
+    )
+    evaluation.add_argument(
+        "--redis-url", metavar="URL", help="a Redis 8 server for --index redis (no default: needed there)"
+    )
     evaluation.add_argument("--json", action="store_true", help="print the counts as JSON")
     evaluation.set_defaults(run=_semantic_eval)
+
+
+def _add_serve(commands: Any) -> None:
     serve = commands.add_parser(
         "serve",
         help="the offline local backend: Anthropic and OpenAI HTTP APIs on a local engine",
         description="Serves POST /v1/messages, /v1/chat/completions and /v1/responses until stopped.",
     )
-    serve.add_argument("--engine", choices=("scripted", "transformers"), default="scripted")
+    serve.add_argument(
+        "--engine",
+        choices=("scripted", "transformers"),
+        default="scripted",
+        help="scripted: instant canned answers; transformers: a real model (default: %(default)s)",
+    )
     serve.add_argument(
         "--model",
         default=None,
-        help="transformers engine: smollm2 (default), tiny, or a local model directory",
+        help="transformers engine: smollm2, tiny, or a local model directory (default: smollm2)",
     )
     serve.add_argument(
         "--device", default=None, help="transformers engine: cuda or cpu (default: cuda if any)"
@@ -459,16 +591,26 @@ def _build_parser() -> argparse.ArgumentParser:
         "--rules",
         choices=("auto", "anthropic", "openai", "none"),
         default="auto",
-        help="prompt-caching rules that bill each API (auto: each API by its provider's)",
+        help="prompt-caching rules that bill each API (auto: each by its provider's; default: %(default)s)",
     )
     serve.add_argument(
         "--any-model",
         action="store_true",
         help="accept every model name (default: the models in cachekit's price and cache-rule tables)",
     )
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8765, help="the port to listen on (default: %(default)s)")
     serve.set_defaults(run=_serve)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cachekit", description="Caching middleware for hosted LLM APIs.")
+    parser.add_argument("--version", action="version", version=f"cachekit {__version__}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, help="the command to run (each has --help)"
+    )
+    for add in (_add_demo, _add_report, _add_stats, _add_purge, _add_health, _add_semantic_eval, _add_serve):
+        add(commands)
     _add_replay(commands)
     return parser
 

@@ -25,7 +25,17 @@ from cachekit.keys import EXACT_KIND, MEMO_KIND, KeyParts, key_prefix, parse_key
 from cachekit.semantic.base import PurgeableIndex
 from cachekit.stores.base import EntryInfo, Inspectable, Store, is_inspectable
 
-__all__ = ["Health", "NamespaceStats", "StoreStats", "health", "purge", "purge_semantic", "store_stats"]
+__all__ = [
+    "Health",
+    "NamespaceStats",
+    "StoreStats",
+    "clear_semantic",
+    "clear_store",
+    "health",
+    "purge",
+    "purge_semantic",
+    "store_stats",
+]
 
 logger = logging.getLogger("cachekit.ops")
 
@@ -68,6 +78,12 @@ def _inspectable(store: object) -> Inspectable:
     if not is_inspectable(store):
         raise ConfigError(f"{type(store).__name__} cannot be listed (it has no entries/delete_many/ping)")
     return store  # type: ignore[return-value]  # checked by name above, without touching properties
+
+
+def _purgeable(index: object) -> PurgeableIndex:
+    if not isinstance(index, PurgeableIndex):
+        raise ConfigError(f"{type(index).__name__} cannot be purged (it has no remove_where)")
+    return index
 
 
 def _selects(parts: KeyParts | None, tenant: str | None, namespace: str | None) -> bool:
@@ -126,33 +142,60 @@ def purge(
         matched: a set that receives the key of every entry that matched, for
             :func:`purge_semantic` ``(keys=...)`` after a purge by age.
 
-    At least one filter is required: purging everything is :meth:`Store.clear`. Keys cachekit did
+    At least one filter is required: deleting everything is :func:`clear_store`. Keys cachekit did
     not write are never touched. The semantic index is purged by :func:`purge_semantic`.
     """
     if tenant is None and namespace is None and older_than is None:
-        raise ConfigError("purge needs --tenant, --namespace or --older-than (to empty a store, clear it)")
+        raise ConfigError(
+            "purge needs --tenant, --namespace or --older-than (to delete everything: --all --yes, "
+            "or clear_store)"
+        )
     if older_than is not None and not 0 <= older_than < math.inf:
         raise ConfigError(f"older_than must be a finite number of seconds >= 0, not {older_than!r}")
     target = _inspectable(store)
     cutoff = clock() - older_than if older_than is not None else None
+
+    def selected() -> Iterator[str]:
+        for info, parts in _entries(target, namespace):
+            if not _selects(parts, tenant, namespace):
+                continue
+            if cutoff is not None and (info.created_at is None or info.created_at > cutoff):
+                continue
+            if matched is not None:
+                matched.add(info.key)
+            yield info.key
+
+    count = _delete(target, selected(), dry_run=dry_run, batch=batch)
+    logger.info("purge matched %d entries%s", count, " (dry run)" if dry_run else "")
+    return count
+
+
+def clear_store(store: object, *, dry_run: bool = False, batch: int = 500) -> int:
+    """Delete every entry of ``store`` (``cachekit purge --all``); return how many there were.
+
+    Every entry :func:`store_stats` counts goes, the keys cachekit did not write (an older key
+    schema's) included; the store's secret is kept, so later entries stay readable by other
+    processes. The semantic index is cleared by :func:`clear_semantic`.
+    """
+    target = _inspectable(store)
+    count = _delete(target, (info.key for info in target.entries("")), dry_run=dry_run, batch=batch)
+    logger.info("clear matched %d entries%s", count, " (dry run)" if dry_run else "")
+    return count
+
+
+def _delete(target: Inspectable, keys: Iterator[str], *, dry_run: bool, batch: int) -> int:
+    """Delete ``keys`` in batches of ``batch`` (with ``dry_run``, only count them); return the count."""
     doomed: list[str] = []
     count = 0
-    for info, parts in _entries(target, namespace):
-        if not _selects(parts, tenant, namespace):
-            continue
-        if cutoff is not None and (info.created_at is None or info.created_at > cutoff):
-            continue
+    for key in keys:
         count += 1
-        if matched is not None:
-            matched.add(info.key)
         if not dry_run:
-            doomed.append(info.key)
+            doomed.append(key)
             if len(doomed) >= batch:
                 target.delete_many(doomed)
                 doomed.clear()
     if doomed:
         target.delete_many(doomed)
-    logger.info("purge matched %d entries%s", count, " (dry run)" if dry_run else "")
     return count
 
 
@@ -180,17 +223,27 @@ def purge_semantic(
     An entry is selected by the store key of the answer it points at, so no prompt is needed.
     """
     if tenant is None and namespace is None and keys is None:
-        raise ConfigError("purge_semantic needs a tenant, a namespace or keys (to empty an index, clear it)")
-    if not isinstance(index, PurgeableIndex):
-        raise ConfigError(f"{type(index).__name__} cannot be purged (it has no remove_where)")
+        raise ConfigError(
+            "purge_semantic needs a tenant, a namespace or keys (to empty an index: clear_semantic)"
+        )
+    target = _purgeable(index)
 
     def selected(entry_key: str) -> bool:
         if keys is not None and entry_key not in keys:
             return False
         return _selects(parse_key(entry_key), tenant, namespace)
 
-    count = index.remove_where(selected, dry_run=dry_run)
+    count = target.remove_where(selected, dry_run=dry_run)
     logger.info("purge matched %d semantic index entries%s", count, " (dry run)" if dry_run else "")
+    return count
+
+
+def clear_semantic(index: object, *, dry_run: bool = False) -> int:
+    """Delete every entry of the semantic index, vectors and question texts (``cachekit purge
+    --all``); return how many there were. ``index`` is a :class:`PurgeableIndex`, as for
+    :func:`purge_semantic`."""
+    count = _purgeable(index).remove_where(lambda _entry_key: True, dry_run=dry_run)
+    logger.info("clear matched %d semantic index entries%s", count, " (dry run)" if dry_run else "")
     return count
 
 

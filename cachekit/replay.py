@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from cachekit._progress import Progress
 from cachekit.blocks import cache_context, prompt_blocks
 from cachekit.cost.prices import PriceTable, default_prices
 from cachekit.cost.usage import UsageRecord, usage_of_body
@@ -314,6 +316,7 @@ def _replay_policy(
     tokenizer: _MemoTokenizer,
     pricing: _Prices,
     lower: dict[tuple[int, int], float],
+    finished: Callable[[], None],
 ) -> PolicyResult:
     import anthropic
     import httpx2
@@ -361,6 +364,7 @@ def _replay_policy(
                 result.cost_usd += cost
                 result.cost_no_cache_usd += no_cache
                 result.cost_lower_bound_usd += lower[conversation.line, k]
+            finished()
     finally:
         client.close()
         backend.close()
@@ -375,11 +379,14 @@ def replay(
     policies: Sequence[str] = POLICIES,
     gap_seconds: float = 5.0,
     prices: PriceTable | None = None,
+    progress: Progress | None = None,
 ) -> list[PolicyResult]:
     """Replay ``conversations`` once per policy (see the module docstring); one result per policy.
 
     A request the backend refuses ends its conversation for that policy (recorded in ``errors``, naming
     the line and request); the replay goes on with the next conversation. Needs the ``anthropic`` extra.
+    ``progress`` is called as ``progress("replaying", done, total)``, counting each conversation once
+    per policy.
     """
     try:
         import anthropic  # noqa: F401 - only checked here, for a clear message
@@ -400,6 +407,15 @@ def replay(
     tokenizer = _MemoTokenizer(encoding("o200k_base"))
     pricing = _Prices(prices or default_prices(), provider, model)
     lower = _lower_bounds(conversations, model, tokenizer, pricing)
+    total = len(conversations) * len(policies)
+    done = itertools.count(1)
+
+    def finished() -> None:
+        if progress is not None:
+            progress("replaying", next(done), total)
+
+    if progress is not None:
+        progress("replaying", 0, total)
     return [
         _replay_policy(
             policy,
@@ -410,6 +426,7 @@ def replay(
             tokenizer=tokenizer,
             pricing=pricing,
             lower=lower,
+            finished=finished,
         )
         for policy in policies
     ]

@@ -22,10 +22,12 @@ one complete folder (the lock makes the second wait; the rename alone would alre
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -153,16 +155,23 @@ def _force_offline() -> None:
 
 @contextmanager
 def _progress(total: int, description: str, enabled: bool) -> Iterator[Callable[[str], None]]:
-    """A stage-by-stage progress bar on stderr; yields ``step(next_stage_label)``."""
-    from tqdm.auto import tqdm  # type: ignore[import-untyped]  # tqdm ships no type information
+    """Stage-by-stage progress on stderr (a bar on a terminal, plain lines otherwise); yields
+    ``step(label_of_the_stage_just_finished)``. While it runs, transformers' own bars are hidden,
+    and its GGUF conversion's (which has no off switch) reports here instead, tensor by tensor."""
+    from cachekit._progress import ProgressPrinter, routed_tqdm, transformers_bars_off
 
-    with tqdm(total=total, desc=description, unit="step", disable=not enabled, leave=True) as bar:
+    with ProgressPrinter(sys.stderr if enabled else None) as printer:
+        done = itertools.count(1)
+        printer(description, 0, total)
 
         def step(label: str) -> None:
-            bar.set_postfix_str(label)
-            bar.update(1)
+            printer(description, next(done), total, label)
 
-        yield step
+        gguf = routed_tqdm(
+            "transformers.modeling_gguf_pytorch_utils", printer, "cachekit: dequantizing tensors"
+        )
+        with gguf, transformers_bars_off():
+            yield step
 
 
 def _build_once(target: Path, build: Callable[[Path], Mapping[str, Any]]) -> Mapping[str, Any]:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cachekit._progress import transformers_bars_off
 from cachekit.errors import ConfigError, MissingExtraError
 from cachekit.semantic.base import SemanticError, Vector
 
@@ -329,7 +330,7 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
             ) from exc
         device = self._device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
-            with _quiet_progress():
+            with transformers_bars_off():  # its "Loading weights" bar, on every load
                 model = SentenceTransformer(str(self._path), device=device, local_files_only=True)
             getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
             dimension = getter()
@@ -360,26 +361,6 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder({str(self._path)!r}, device={self._device!r})"
-
-
-class _quiet_progress:
-    """Hide transformers' "Loading weights" progress bar during a load, then restore the setting."""
-
-    def __enter__(self) -> None:
-        self._was_enabled = False
-        try:
-            from transformers.utils import logging as hf_logging
-        except ImportError:  # pragma: no cover - sentence-transformers depends on transformers
-            return
-        self._was_enabled = hf_logging.is_progress_bar_enabled()
-        if self._was_enabled:
-            hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-
-    def __exit__(self, *exc: object) -> None:
-        if self._was_enabled:
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 # -- OpenAI -----------------------------------------------------------------------------------------

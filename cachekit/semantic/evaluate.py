@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachekit._progress import Progress, tracked
 from cachekit.semantic.base import Candidate, Embedder, Vector, VectorIndex
 from cachekit.semantic.guards import ContentWordGuard
 from cachekit.semantic.matcher import Matcher
@@ -183,15 +184,21 @@ def _default_index() -> VectorIndex | None:
     return MemoryVectorIndex()
 
 
-def _embed_all(embedder: Embedder, texts: Sequence[str], batch_size: int) -> dict[str, Vector]:
+def _embed_all(
+    embedder: Embedder, texts: Sequence[str], batch_size: int, progress: Progress | None
+) -> dict[str, Vector]:
     import numpy as np
 
     unique = list(dict.fromkeys(texts))
     vectors: dict[str, Vector] = {}
     for start in range(0, len(unique), batch_size):
+        if progress is not None:
+            progress("embedding questions", start, len(unique))
         chunk = unique[start : start + batch_size]
         rows = np.asarray(embedder.embed(chunk), dtype=np.float32)
         vectors.update(zip(chunk, rows, strict=True))
+    if progress is not None:
+        progress("embedding questions", len(unique), len(unique))
     return vectors
 
 
@@ -203,6 +210,7 @@ def evaluate(
     guards: bool,
     index: VectorIndex | None = None,
     batch_size: int = 256,
+    progress: Progress | None = None,
 ) -> EvalReport:
     """Store each pair's ``a`` in an empty partition of ``index``, look up ``b``, and count the hits.
 
@@ -214,11 +222,14 @@ def evaluate(
         index: any :class:`~cachekit.semantic.base.VectorIndex`; one fresh partition per pair, and
             each entry removed after its lookup. ``None``: a new in-memory index (closed afterwards).
         batch_size: texts per call to ``embedder.embed``.
+        progress: called as ``progress(stage, done, total)`` while the questions are embedded
+            (``"embedding questions"``) and the pairs looked up (``"looking up pairs"``).
     """
     import numpy as np
 
     pairs = list(pairs)
-    vectors = _embed_all(embedder, [text for pair in pairs for text in (pair.a, pair.b)], batch_size)
+    texts = [text for pair in pairs for text in (pair.a, pair.b)]
+    vectors = _embed_all(embedder, texts, batch_size, progress)
     matcher = Matcher(embedder, threshold=threshold, guards=None if guards else ())
     close = [(p.b, p.a) for p in pairs if float(np.dot(vectors[p.a], vectors[p.b])) >= threshold]
     for guard in matcher.guards:
@@ -230,7 +241,7 @@ def evaluate(
         index = _default_index()
     run = uuid.uuid4().hex[:12]
     try:
-        for number, pair in enumerate(pairs):
+        for number, pair in enumerate(tracked(pairs, progress, "looking up pairs")):
             stored, query = vectors[pair.a], vectors[pair.b]
             similarity = float(np.dot(stored, query))
             key = f"eval-{number}"
