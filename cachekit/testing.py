@@ -154,12 +154,14 @@ class Hold:
         self._released = Signal()
 
     def _take(self) -> bool:
-        """Hold one more request (the hold has room for it); whether that was its last."""
+        """Hold one more request, if this hold has room for it."""
         with self._lock:
+            if self._free == 0:
+                return False
             self._free -= 1
             if self._free == 0:
                 self._all_arrived.set()
-            return self._free == 0
+            return True
 
     def arrived(self, timeout: float | None = None) -> bool:
         """Block until every request this hold is for has arrived; ``False`` on timeout."""
@@ -195,7 +197,7 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         self._requests: list[RecordedRequest] = []
         self._scripted: deque[_Scripted] = deque()
         self._stream_breaks: deque[_StreamBreak] = deque()
-        self._holds: deque[Hold] = deque()
+        self._holds: list[Hold] = []
         # The local backend's scripted engine answers; usage is a 4-bytes-per-token estimate and
         # every prompt token is billed as uncached (no provider cache is simulated here).
         engine = ScriptedEngine(ByteTokenizer(), reply_prefix="Fake reply")
@@ -216,13 +218,14 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
             return list(self._requests)
 
     def reset(self) -> None:
-        """Forget all received requests and drop every queued failure or scripted response."""
+        """Forget all received requests, drop every queued failure or scripted response, and release
+        every hold."""
         with self._lock:
             self._calls = 0
             self._requests.clear()
             self._scripted.clear()
             self._stream_breaks.clear()
-            holds, self._holds = list(self._holds), deque()
+            holds, self._holds = self._holds, []
         for hold in holds:
             hold.release()
 
@@ -364,9 +367,8 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
             self._calls += 1
             self._requests.append(recorded)
             scripted = self._scripted.popleft() if self._scripted else None
-            hold = self._holds[0] if self._holds else None
-            if hold is not None and hold._take():  # its last request
-                self._holds.popleft()
+            # Holds stay listed until reset() (which releases them), full or not.
+            hold = next((hold for hold in self._holds if hold._take()), None)
         return self._reply(request, recorded, scripted), hold
 
     def _reply(self, request: Any, recorded: RecordedRequest, scripted: _Scripted | None) -> Reply:

@@ -25,7 +25,7 @@ import cachekit
 from cachekit.flights import SLOW_WAIT, STALL_AFTER, Flight, Flights, WaitResult, retry_of
 from cachekit.local import ManualClock
 from cachekit.stores import MemoryStore
-from cachekit.testing import FakeUpstream
+from cachekit.testing import FakeUpstream, Hold
 from tests.conftest import BASE_URLS
 from tests.requests import DIALECTS, anthropic_messages
 
@@ -540,3 +540,25 @@ def test_retry_after_as_an_http_date() -> None:
     retry, delay = retry_of(503, {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})
     assert retry
     assert delay is None  # in the past
+
+
+def test_a_held_request_waits_until_released_or_reset() -> None:
+    upstream = FakeUpstream()
+    client = openai.OpenAI(  # the plain SDK: every call reaches the upstream
+        api_key="k",
+        base_url=BASE_URLS["openai"],
+        http_client=httpx2.Client(transport=upstream),
+        max_retries=0,
+    )
+    answers: list[Any] = []
+    ask = lambda: answers.append(client.chat.completions.create(**DIALECTS[1][2]()))  # noqa: E731
+    for let_go in (Hold.release, lambda hold: upstream.reset()):
+        hold = upstream.hold_next()
+        caller = threading.Thread(target=ask)
+        caller.start()
+        assert hold.arrived(HANG_GUARD)  # received, and waiting: it cannot have answered yet
+        assert caller.is_alive()
+        let_go(hold)
+        caller.join(HANG_GUARD)
+    assert len(answers) == 2
+    client.close()
