@@ -31,7 +31,8 @@ class Cache:
             belongs to this cache and is closed by :meth:`close`; a store object passed in is the
             caller's to close.
         clock: seconds since any fixed point (default :func:`time.time`): entry ages and the
-            breakpoint planner's gaps between requests. Replays and tests pass a manual clock.
+            breakpoint planner's gaps between requests, and single-flight's patience (by default
+            :func:`time.monotonic` there). Replays and tests pass a manual clock.
     """
 
     def __init__(
@@ -62,7 +63,11 @@ class Cache:
         self.ledger = _ledger_for(self.config.ledger)
         store_ref = self.store
         self.pipeline = Pipeline(
-            self.config, secret=lambda: store_ref.secret, ledger=self.ledger, clock=clock or time.time
+            self.config,
+            secret=lambda: store_ref.secret,
+            ledger=self.ledger,
+            clock=clock or time.time,
+            flight_clock=clock or time.monotonic,
         )
         self._closed = False
         self._lock = threading.Lock()

@@ -11,9 +11,11 @@ Effects and what the driver sends back:
 * :class:`Load` → the stored bytes or ``None``
 * :class:`Save` → ``None``
 * :class:`Read` → ``None`` (the response's body is then in ``response.content``)
-* :class:`Wait` → ``None`` once the flight landed or the timeout passed
+* :class:`Wait` → ``"landed"``, ``"timeout"``, or ``"own"`` when the caller leads the flight itself
+  (:meth:`Flight.wait <cachekit.flights.Flight.wait>` and its async twin decide)
 * :class:`Tee` → ``None``; the driver wraps the response's stream so the recorder sees each chunk as it
-  passes to the caller, and when the stream ends performs ``on_end``'s store write, then ``release``
+  passes to the caller (telling ``idle`` whose turn it is), and when the stream ends performs
+  ``on_end``'s store write, then ``release``
 * :class:`Offload` → what its function returns; the async driver runs it in a worker thread
   (embedding and vector search for the semantic cache)
 
@@ -49,7 +51,7 @@ from cachekit.context import UNSET, CallPolicy, current_policy
 from cachekit.cost.ledger import Ledger, Outcome
 from cachekit.cost.usage import usage_of_body
 from cachekit.errors import CacheUnavailableError, CorruptEntryError, StoreError, StoreUnavailableError
-from cachekit.flights import Flight, Flights
+from cachekit.flights import Flight, Flights, retry_of
 from cachekit.keys import EXACT_KIND, exact_key, key_prefix, partition_for
 from cachekit.lint import PrefixLinter, PrefixLintError, lint_request
 from cachekit.planner import Applied, PlanError, Planner, stable_first
@@ -178,6 +180,10 @@ class Wait:
     timeout: float
 
 
+def _unwatched(idle: bool) -> None:
+    """The ``idle`` of a stream that no flight follows."""
+
+
 @dataclass(frozen=True, slots=True)
 class Tee:
     """Record ``response``'s stream while the caller reads it.
@@ -185,7 +191,8 @@ class Tee:
     When the stream ends the driver calls ``on_end`` with the recorder's complete bytes (``None`` if
     the stream was cut, errored, or abandoned), performs the :class:`Save` it returns and reports the
     outcome to ``stored`` (``None`` on success, else the exception), then calls ``release`` whatever
-    happened.
+    happened. While it passes, ``idle(True)`` each time a chunk was handed to the caller and
+    ``idle(False)`` each time the caller asks for more (a single-flight leader's progress).
     """
 
     response: Response
@@ -193,6 +200,7 @@ class Tee:
     on_end: Callable[[bytes | None], Save | None]
     release: Callable[[], None]
     stored: Callable[[Exception | None], None]
+    idle: Callable[[bool], None] = _unwatched
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +235,7 @@ class PipelineStats:
     #: Semantic lookups skipped without trying (the semantic layer's breaker was open).
     semantic_skips: int = 0
     corrupt_entries: int = 0
+    #: Requests answered by an identical request's upstream call, after waiting for it (single-flight).
     coalesced: int = 0
     incomplete_streams: int = 0
     #: 2xx JSON documents that were not a complete answer of their dialect (passed on, not stored).
@@ -503,6 +512,12 @@ def _nothing() -> None:
     """A release for a stream that no flight waits on."""
 
 
+def _settle(flight: Flight | None, retry: bool, retry_after: float | None = None) -> None:
+    """Record a leader's outcome on its flight (see :meth:`Flight.settle`), if it leads one."""
+    if flight is not None:
+        flight.settle(retry=retry, retry_after=retry_after)
+
+
 def _ignored(exc: Exception | None) -> None:
     """The outcome of a store write that never happens (a bypassed stream)."""
 
@@ -577,6 +592,7 @@ class Pipeline:
         clock: Callable[[], float] = time.time,
         ledger: Ledger | None = None,
         breaker: CircuitBreaker | None = None,
+        flight_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self._ledger = ledger
@@ -593,7 +609,7 @@ class Pipeline:
             tool_order=config.tool_order, normalize_whitespace=config.normalize_whitespace
         )
         self.stats = PipelineStats()
-        self._flights = Flights(stale_after=config.coalesce_timeout)
+        self._flights = Flights(stale_after=config.coalesce_timeout, clock=flight_clock)
         self._semantic: SemanticLayer | None = None
         self._semantic_lock = threading.Lock()
         self._store_tag: tuple[bytes, str] | None = None
@@ -733,6 +749,7 @@ class Pipeline:
             raise
         if answer is not None:
             if flight is not None:
+                flight.settle(retry=False)  # answered: followers look for themselves, at once
                 self._flights.land(key, flight)
             return answer, None, None
         if control.mode == "only-if-cached":
@@ -1019,31 +1036,54 @@ class Pipeline:
         self, call: _Call, *, coalesce: bool
     ) -> Generator[Effect, Any, tuple[record.CachedResponse | None, Flight | None]]:
         """The stored answer, or ``None`` and the flight this request now leads (single-flight)."""
-        key, route, form = call.key, call.route, call.form
-        flight: Flight | None = None
-        served, failed, source = yield from self._lookup(key, route.dialect, form)
+        served, failed, source = yield from self._lookup(call.key, call.route.dialect, call.form)
         if served is not None or not coalesce or failed:
             if source is not None:
                 self._hit(call, source)
             return served, None
-        flight, leading = self._flights.join(key)
-        try:
-            if not leading:
-                # Another request for this key is upstream now: wait for it, then read its answer. If
-                # it failed there is nothing stored and this one goes upstream on its own.
-                yield Wait(flight, self.config.coalesce_timeout)
-                flight = None
+        return (yield from self._coalesce(call))
+
+    def _coalesce(
+        self, call: _Call
+    ) -> Generator[Effect, Any, tuple[record.CachedResponse | None, Flight | None]]:
+        """Single-flight for a miss: lead the key's flight (``None`` and the flight), or follow it and
+        read its answer; ``None, None`` to go upstream alone. See :mod:`cachekit.flights`."""
+        key, dialect, form = call.key, call.route.dialect, call.form
+        follower = self._flights.follower(key, self.config.coalesce_timeout)
+        replacing: Flight | None = None
+        while True:
+            flight, leading = self._flights.join(key, instead_of=replacing)
+            if leading:
+                return (yield from self._lead(call, flight))
+            step = follower.before(flight)
+            if not isinstance(step, str):
+                step = follower.after((yield Wait(flight, step)))
+            replacing = flight if step == "take over" else None
+            if step not in ("read", "give up"):
+                continue
+            served, failed, source = yield from self._lookup(key, dialect, form)
+            if served is not None and source is not None:  # both or neither
                 self.stats.add("coalesced")
-            # Look again (a leader may have landed between the first look and the join).
-            served, _, source = yield from self._lookup(key, route.dialect, form)
+                self._hit(call, source)
+                return served, None
+            if step == "give up" or failed or not flight.retry:
+                return None, None  # nothing to elect: this request goes upstream on its own
+            # The leader failed in a way a retry may fix: join again, where the first to do so leads.
+
+    def _lead(
+        self, call: _Call, flight: Flight
+    ) -> Generator[Effect, Any, tuple[record.CachedResponse | None, Flight | None]]:
+        """Lead ``flight`` after one more look (a leader may have landed between the first look and
+        the join)."""
+        try:
+            served, _, source = yield from self._lookup(call.key, call.route.dialect, call.form)
         except BaseException:
             # Cancelled (or failed) while leading: land now, or followers would wait for nothing.
-            if flight is not None:
-                self._flights.land(key, flight)
+            self._flights.land(call.key, flight)
             raise
         if served is not None and source is not None:  # both or neither
-            if flight is not None:
-                self._flights.land(key, flight)
+            flight.settle(retry=False)
+            self._flights.land(call.key, flight)
             self._hit(call, source)
             return served, None
         return None, flight
@@ -1064,19 +1104,22 @@ class Pipeline:
         upstream: dict[str, Any] | None = None,
     ) -> Exchange:
         """A miss: go upstream, store a complete 2xx answer, land the flight (if this request leads one)."""
-        key, route, ttl = call.key, call.route, call.control.ttl
+        key, route = call.key, call.route
         handed_off = False
         try:
             self.stats.add("misses")
             try:
                 shaped = self._shape(request, route, call.control, call.partition, upstream)
             except PrefixLintError as exc:
+                _settle(flight, retry=False)  # the same request would be refused again
                 return self._refused(request, route.dialect, exc)
             request, applied, breakpoints = shaped.request, shaped.applied, shaped.breakpoints
             response = yield from self._send(request, route)
             content_type = response.headers.get("content-type")
             if not 200 <= response.status_code < 300:
                 # Errors (429, 5xx, 4xx) are never stored; the SDK sees them untouched and retries.
+                # Followers elect a new leader when a retry may succeed (after the provider's delay).
+                _settle(flight, *retry_of(response.status_code, response.headers))
                 return self._tag(response, "miss", key, breakpoints, semantic)
             if applied is not None:
                 self.planner.commit(applied)
@@ -1087,59 +1130,80 @@ class Pipeline:
                 yield Tee(
                     response,
                     sse.StreamRecorder(route.dialect),
-                    on_end=lambda raw: self._stream_entry(call, status, kept, raw, applied),
+                    on_end=lambda raw: self._stream_entry(call, status, kept, raw, applied, flight=flight),
                     release=(lambda: self._flights.land(key, flight)) if flight is not None else _nothing,
                     stored=lambda exc: self._stream_stored(exc, call, semantic),
+                    idle=flight.idle if flight is not None else _unwatched,
                 )
                 handed_off = True
+                if flight is not None:
+                    flight.idle(True)  # the caller holds the stream from here; followers watch it
                 return self._tag(response, "miss", key, breakpoints, semantic)
             if not _is_json(content_type):
+                _settle(flight, retry=False)
                 return self._tag(response, "miss", key, breakpoints, semantic)  # not JSON: never stored
             yield Read(response)
-            try:
-                document = orjson.loads(response.content)
-            except orjson.JSONDecodeError:
-                # Labelled JSON but not JSON (a proxy's error page with a 200): passed on, never stored.
-                logger.warning("a 2xx answer labelled JSON is not JSON; not stored (key=%s)", key[-16:])
-                return self._tag(response, "miss", key, breakpoints, semantic)
-            answer = record.CachedResponse(
-                status=response.status_code,
-                headers=_kept_headers(response),
-                body=response.content,
-                created_at=self._clock(),
-            )
-            if (why := incomplete_answer(route.dialect, document)) is not None:
-                # A 2xx that is not a complete answer (a gateway's {"error": ...}, a Responses status
-                # other than completed): passed on untouched and accounted (it may be paid for),
-                # never stored, so the next identical request asks again.
-                self.stats.add("incomplete_answers")
-                logger.debug(
-                    "not a complete %s answer (%s); not stored (key=%s)", route.dialect, why, key[-16:]
+            # The answer is in hand: followers read it, or (if it cannot be stored) ask for themselves.
+            _settle(flight, retry=False)
+            return (
+                yield from self._keep_document(
+                    request, call, response, applied=applied, breakpoints=breakpoints, semantic=semantic
                 )
-                self._account(call, answer, None, document, applied=applied)
-                return self._tag(response, "miss", key, breakpoints, semantic)
-            stored = replace(answer, body=self._unechoed(route.dialect, "json", answer.body))
-            if self.breaker.allow():
-                try:
-                    yield Save(key, record.encode(stored), ttl)
-                    self._saved(None)
-                except Exception as exc:  # a failing store must never fail the user's call
-                    self._saved(exc)
-                else:
-                    if semantic is not None:
-                        yield from self._semantic_step(semantic, "remember", key, ttl)
-            else:
-                self.stats.add("store_skips")
-            self._account(call, stored, None, document, applied=applied)
-            logger.debug("miss provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
-            return self._replay(
-                request, answer, key, outcome="miss", extra=_miss_headers(breakpoints, semantic)
             )
         finally:
             # A stream's flight lands when the stream ends (see Tee); anything else lands here, whether
             # it succeeded, failed, or was cancelled.
             if flight is not None and not handed_off:
                 self._flights.land(key, flight)
+
+    def _keep_document(
+        self,
+        request: Request,
+        call: _Call,
+        response: Response,
+        *,
+        applied: Applied | None,
+        breakpoints: str | None,
+        semantic: _SemanticCall | None,
+    ) -> Exchange:
+        """A 2xx JSON answer, read: stored when it is a complete answer of its dialect, accounted
+        either way, and returned to the caller."""
+        key, route, ttl = call.key, call.route, call.control.ttl
+        try:
+            document = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            # Labelled JSON but not JSON (a proxy's error page with a 200): passed on, never stored.
+            logger.warning("a 2xx answer labelled JSON is not JSON; not stored (key=%s)", key[-16:])
+            return self._tag(response, "miss", key, breakpoints, semantic)
+        answer = record.CachedResponse(
+            status=response.status_code,
+            headers=_kept_headers(response),
+            body=response.content,
+            created_at=self._clock(),
+        )
+        if (why := incomplete_answer(route.dialect, document)) is not None:
+            # A 2xx that is not a complete answer (a gateway's {"error": ...}, a Responses status
+            # other than completed): passed on untouched and accounted (it may be paid for),
+            # never stored, so the next identical request asks again.
+            self.stats.add("incomplete_answers")
+            logger.debug("not a complete %s answer (%s); not stored (key=%s)", route.dialect, why, key[-16:])
+            self._account(call, answer, None, document, applied=applied)
+            return self._tag(response, "miss", key, breakpoints, semantic)
+        stored = replace(answer, body=self._unechoed(route.dialect, "json", answer.body))
+        if self.breaker.allow():
+            try:
+                yield Save(key, record.encode(stored), ttl)
+                self._saved(None)
+            except Exception as exc:  # a failing store must never fail the user's call
+                self._saved(exc)
+            else:
+                if semantic is not None:
+                    yield from self._semantic_step(semantic, "remember", key, ttl)
+        else:
+            self.stats.add("store_skips")
+        self._account(call, stored, None, document, applied=applied)
+        logger.debug("miss provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
+        return self._replay(request, answer, key, outcome="miss", extra=_miss_headers(breakpoints, semantic))
 
     def _stream_entry(
         self,
@@ -1148,8 +1212,11 @@ class Pipeline:
         headers: tuple[tuple[str, str], ...],
         raw: bytes | None,
         applied: Applied | None = None,
+        *,
+        flight: Flight | None = None,
     ) -> Save | None:
         """The store write for a finished stream, or ``None`` when it must not be stored."""
+        _settle(flight, retry=raw is None)  # a stream cut short: the leader's followers elect another
         if raw is None:
             self.stats.add("incomplete_streams")
             logger.debug("stream for key=%s ended incomplete or with an error; not stored", call.key[-16:])

@@ -82,6 +82,7 @@ from cachekit.cache import Cache, CacheLike
 from cachekit.clients import drop_in_class
 from cachekit.config import CacheConfig
 from cachekit.cost.ledger import Ledger, MemorySink
+from cachekit.flights import Signal
 from cachekit.local.backend import LocalBackend
 from cachekit.local.scripted import ByteTokenizer, ScriptedEngine
 from cachekit.local.transport import LocalTransport, aiter_reply, build_response, iter_reply
@@ -101,7 +102,7 @@ if TYPE_CHECKING:
     from anthropic import Anthropic, AsyncAnthropic
     from openai import AsyncOpenAI, OpenAI
 
-__all__ = ["FakeUpstream", "LocalAPI", "RecordedRequest", "local_backend"]
+__all__ = ["FakeUpstream", "Hold", "LocalAPI", "RecordedRequest", "local_backend"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,42 @@ class _StreamBreak:
     how: Literal["error", "disconnect"]
 
 
+class Hold:
+    """Requests that :class:`FakeUpstream` keeps waiting (see :meth:`FakeUpstream.hold_next`).
+
+    Lets a test line up concurrent callers behind a request that is provably upstream, without
+    sleeping: wait for :meth:`arrived`, arrange the rest, then :meth:`release`.
+    """
+
+    def __init__(self, times: int) -> None:
+        self._lock = threading.Lock()
+        self._free = times
+        self._all_arrived = Signal()
+        self._released = Signal()
+
+    def _take(self) -> bool:
+        """Hold one more request, if this hold has room for it."""
+        with self._lock:
+            if self._free == 0:
+                return False
+            self._free -= 1
+            if self._free == 0:
+                self._all_arrived.set()
+            return True
+
+    def arrived(self, timeout: float | None = None) -> bool:
+        """Block until every request this hold is for has arrived; ``False`` on timeout."""
+        return self._all_arrived.wait(timeout)
+
+    async def arrived_async(self, timeout: float | None = None) -> bool:
+        """:meth:`arrived` for a test running in an event loop."""
+        return await self._all_arrived.wait_async(timeout)
+
+    def release(self) -> None:
+        """Let the held requests (and any that arrive later) be answered."""
+        self._released.set()
+
+
 class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
     """An in-process upstream speaking the Anthropic and OpenAI HTTP APIs; a sync *and* async transport.
 
@@ -160,6 +197,7 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         self._requests: list[RecordedRequest] = []
         self._scripted: deque[_Scripted] = deque()
         self._stream_breaks: deque[_StreamBreak] = deque()
+        self._holds: list[Hold] = []
         # The local backend's scripted engine answers; usage is a 4-bytes-per-token estimate and
         # every prompt token is billed as uncached (no provider cache is simulated here). Like the
         # providers it imitates, it announces no caching rules (no x-cachekit-rules header).
@@ -181,12 +219,16 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
             return list(self._requests)
 
     def reset(self) -> None:
-        """Forget all received requests and drop every queued failure or scripted response."""
+        """Forget all received requests, drop every queued failure or scripted response, and release
+        every hold."""
         with self._lock:
             self._calls = 0
             self._requests.clear()
             self._scripted.clear()
             self._stream_breaks.clear()
+            holds, self._holds = self._holds, []
+        for hold in holds:
+            hold.release()
 
     def fail_next(
         self,
@@ -239,11 +281,24 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         with self._lock:
             self._stream_breaks.append(_StreamBreak(after, how))
 
+    def hold_next(self, times: int = 1) -> Hold:
+        """Keep the next ``times`` requests waiting, once received (counted, recorded, their scripted
+        reply chosen), until the returned :class:`Hold` is released. Async clients wait without
+        blocking their event loop."""
+        if times < 1:
+            raise ValueError("times must be at least 1")
+        hold = Hold(times)
+        with self._lock:
+            self._holds.append(hold)
+        return hold
+
     # -- transport interface (duck-typed for httpx and httpx2) ----------------------------------
 
     def handle_request(self, request: Any) -> Any:
         """Answer one request from a sync client."""
-        reply = self._serve(request, request.read())
+        reply, hold = self._serve(request, request.read())
+        if hold is not None:
+            hold._released.wait(None)
         if self.latency > 0:
             time.sleep(self.latency)
         lib = library_of(request)
@@ -254,7 +309,9 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: Any) -> Any:
         """Answer one request from an async client."""
-        reply = self._serve(request, await request.aread())
+        reply, hold = self._serve(request, await request.aread())
+        if hold is not None:
+            await hold._released.wait_async(None)
         if self.latency > 0:
             await anyio.sleep(self.latency)
         lib = library_of(request)
@@ -301,7 +358,8 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         if self.chunk_delay > 0:
             await anyio.sleep(self.chunk_delay)
 
-    def _serve(self, request: Any, body: bytes) -> Reply:
+    def _serve(self, request: Any, body: bytes) -> tuple[Reply, Hold | None]:
+        """The reply to ``request``, and the hold it waits for (if one is pending)."""
         method = str(request.method).upper()
         url = str(request.url)
         headers = {key.lower(): value for key, value in request.headers.items()}
@@ -310,6 +368,12 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
             self._calls += 1
             self._requests.append(recorded)
             scripted = self._scripted.popleft() if self._scripted else None
+            # Holds stay listed until reset() (which releases them), full or not.
+            hold = next((hold for hold in self._holds if hold._take()), None)
+        return self._reply(request, recorded, scripted), hold
+
+    def _reply(self, request: Any, recorded: RecordedRequest, scripted: _Scripted | None) -> Reply:
+        method, headers, body = recorded.method, recorded.headers, recorded.body
         endpoint = endpoint_of(method, recorded.path)
         if scripted is not None:
             return _scripted_reply(scripted, dialect_of(endpoint, headers), body)

@@ -128,6 +128,17 @@ class _TeeState:
     def _stored(self, exc: Exception | None) -> None:
         self._tee.stored(exc)
 
+    def _handed(self, chunk: bytes) -> bytes:
+        """Record ``chunk`` on its way to the caller, whose turn it now is (a stream it holds unread
+        is a stalled single-flight leader)."""
+        self._tee.recorder.feed(chunk)
+        self._tee.idle(True)
+        return chunk
+
+    def _asked(self) -> None:
+        """The caller asked for more: from here the stream waits on the provider, not on it."""
+        self._tee.idle(False)
+
 
 class _SyncTee(_TeeState):
     """Pass a sync byte stream through, chunk by chunk, while recording it."""
@@ -140,9 +151,10 @@ class _SyncTee(_TeeState):
     def __iter__(self) -> Any:
         closed_by_gc = False
         try:
+            self._asked()
             for chunk in self._inner:
-                self._tee.recorder.feed(chunk)
-                yield chunk
+                yield self._handed(chunk)
+                self._asked()
         except GeneratorExit:
             # httpx closes streams through close(), so this is the garbage collector finalizing an
             # abandoned stream: finish on the worker, since a finalizer may run while this very
@@ -183,9 +195,10 @@ class _AsyncTee(_TeeState):
 
     async def __aiter__(self) -> Any:
         try:
+            self._asked()
             async for chunk in self._inner:
-                self._tee.recorder.feed(chunk)
-                yield chunk
+                yield self._handed(chunk)
+                self._asked()
         finally:
             await self._end()
 

@@ -1,0 +1,564 @@
+"""Single-flight (issue 15, items 7 and 8): nobody waits on a leader that cannot progress, and the
+followers of a failed leader elect one new leader instead of all going upstream.
+
+Through the real SDKs, sync (threads) and async (tasks), over the in-process upstream. Concurrency is
+lined up with events: the upstream holds the leader's request (``FakeUpstream.hold_next``) until every
+follower waits on its flight (seen by a spy around ``Flight.wait``); time only moves on a manual
+clock. No sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import operator
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+
+import cachekit
+from cachekit.flights import SLOW_WAIT, STALL_AFTER, Flight, Flights, WaitResult, retry_of
+from cachekit.local import ManualClock
+from cachekit.stores import MemoryStore
+from cachekit.testing import FakeUpstream, Hold
+from tests.conftest import BASE_URLS
+from tests.requests import DIALECTS, anthropic_messages
+
+#: Long enough that a test which waited for it would never end: a wait shows up as an event instead.
+FOREVER = 3600.0
+#: Guards against a broken test hanging the suite; no assertion depends on it.
+HANG_GUARD = 60.0
+PROMPT = "should I pack an umbrella"  # in every request body of tests.requests
+CROWD = 6
+DIALECT_IDS = ["anthropic", "chat", "responses"]
+
+
+def _client(provider: str, upstream: FakeUpstream, *, is_async: bool, **options: Any) -> Any:
+    clock = options.pop("clock", None)
+    store = options.pop("store", None)
+    cache = cachekit.Cache(
+        cachekit.CacheConfig(
+            store=MemoryStore() if store is None else store, ledger=False, coalesce_timeout=FOREVER
+        ),
+        clock=clock,
+    )
+    name = {"anthropic": "Anthropic", "openai": "OpenAI"}[provider]
+    http: Any = httpx2.AsyncClient(transport=upstream) if is_async else httpx2.Client(transport=upstream)
+    options.setdefault("max_retries", 0)
+    return getattr(cachekit, ("Async" if is_async else "") + name)(
+        api_key="k", base_url=BASE_URLS[provider], http_client=http, cache=cache, **options
+    )
+
+
+class Watch:
+    """A spy around ``Flight.wait`` and ``Flight.wait_async``: who waited on which flight, and how many
+    callers have finished; :meth:`until` blocks until a condition on them holds (no polling).
+
+    ``blocking=False`` turns every wait that would block into an immediate timeout (recorded in
+    :attr:`blocked`), so a test shows that a call *would* have waited instead of hanging on it.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, blocking: bool = True) -> None:
+        self.blocked: list[float] = []
+        #: The flights waited on, in the order of their first wait.
+        self.flights: list[Flight] = []
+        self.finished = 0
+        self._callers: dict[int, set[object]] = {}
+        self._changed = threading.Condition()
+        sync_wait, async_wait = Flight.wait, Flight.wait_async
+
+        def wait(flight: Flight, timeout: float) -> WaitResult:
+            self._saw(flight, threading.get_ident())
+            return self._after(sync_wait(flight, timeout if blocking else 0), timeout, blocking)
+
+        async def wait_async(flight: Flight, timeout: float) -> WaitResult:
+            self._saw(flight, asyncio.current_task())
+            return self._after(await async_wait(flight, timeout if blocking else 0), timeout, blocking)
+
+        monkeypatch.setattr(Flight, "wait", wait)
+        monkeypatch.setattr(Flight, "wait_async", wait_async)
+
+    def _saw(self, flight: Flight, caller: object) -> None:
+        with self._changed:
+            if id(flight) not in self._callers:
+                self.flights.append(flight)
+            self._callers.setdefault(id(flight), set()).add(caller)
+            self._changed.notify_all()
+
+    def _after(self, result: Any, timeout: float, blocking: bool) -> WaitResult:
+        # Before the fix a wait answered True/False; a refused one ("own") never blocks.
+        if not blocking and result in (False, "timeout"):
+            self.blocked.append(timeout)
+        return result  # type: ignore[no-any-return]
+
+    def done(self) -> None:
+        """One caller has its result (or its exception)."""
+        with self._changed:
+            self.finished += 1
+            self._changed.notify_all()
+
+    def waiting(self, *, first: bool) -> set[object]:
+        """The callers (threads or tasks) that waited on the first flight (``first``), or on later ones."""
+        flights = self.flights[:1] if first else self.flights[1:]
+        return set().union(*(self._callers[id(f)] for f in flights))
+
+    def until(self, condition: Callable[[], bool]) -> bool:
+        """Block until ``condition`` holds (evaluated each time a caller waits or finishes)."""
+        with self._changed:
+            return self._changed.wait_for(condition, HANG_GUARD)
+
+
+def _create(client: Any, method: str) -> Callable[..., Any]:
+    return operator.attrgetter(method)(client)  # type: ignore[no-any-return]
+
+
+# -- item 7: a caller never waits on its own open stream, nor on a stalled one ----------------------
+
+
+def _twice_in_one_thread(client: Any, method: str, body: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Open a stream and read part of it, make the identical call, then read both to their ends."""
+    first = iter(_create(client, method)(**body, stream=True))
+    opened = [next(first), next(first)]  # partly read: the first call still leads the key's flight
+    second = list(_create(client, method)(**body, stream=True))
+    client.close()
+    return [type(e).__name__ for e in opened + list(first)], [type(e).__name__ for e in second]
+
+
+async def _twice_in_one_task(client: Any, method: str, body: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """:func:`_twice_in_one_thread` in one asyncio task."""
+    first = (await _create(client, method)(**body, stream=True)).__aiter__()
+    opened = [await first.__anext__(), await first.__anext__()]
+    second = [e async for e in await _create(client, method)(**body, stream=True)]
+    rest = [e async for e in first]
+    await client.close()
+    return [type(e).__name__ for e in opened + rest], [type(e).__name__ for e in second]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(("provider", "method", "body"), DIALECTS, ids=DIALECT_IDS)
+def test_a_second_call_does_not_wait_for_its_own_open_stream(
+    monkeypatch: pytest.MonkeyPatch, mode: str, provider: str, method: str, body: Callable[[], dict[str, Any]]
+) -> None:
+    """The same thread (sync clients) or the same task (async clients) calls again while its stream is
+    open: it goes upstream at once."""
+    waits = Watch(monkeypatch, blocking=False)
+    upstream = FakeUpstream()
+    client = _client(provider, upstream, is_async=mode == "async")
+    if mode == "async":
+        first, second = asyncio.run(_twice_in_one_task(client, method, body()))
+    else:
+        first, second = _twice_in_one_thread(client, method, body())
+    assert waits.blocked == []  # before the fix: a wait of coalesce_timeout (an hour here)
+    assert upstream.calls == 2
+    assert first == second  # both streams complete
+
+
+def _stalled_in_a_thread(
+    client: Any, method: str, body: dict[str, Any], clock: ManualClock
+) -> tuple[Any, list[Any]]:
+    """Another thread opens a stream, reads one event and keeps it unread; ``STALL_AFTER`` seconds
+    later this thread makes the identical call. Its answer, and the rest of the kept stream."""
+    held: list[Iterator[Any]] = []
+
+    def lead() -> None:
+        stream = iter(_create(client, method)(**body, stream=True))
+        next(stream)
+        held.append(stream)
+
+    leader = threading.Thread(target=lead)
+    leader.start()
+    leader.join(HANG_GUARD)
+    clock.advance(STALL_AFTER)
+    answer = _create(client, method)(**body)
+    rest = list(held[0])
+    client.close()
+    return answer, rest
+
+
+async def _stalled_in_a_task(
+    client: Any, method: str, body: dict[str, Any], clock: ManualClock
+) -> tuple[Any, list[Any]]:
+    """:func:`_stalled_in_a_thread` with another task."""
+
+    async def lead() -> Any:
+        stream = (await _create(client, method)(**body, stream=True)).__aiter__()
+        await stream.__anext__()
+        return stream
+
+    held = await asyncio.create_task(lead())
+    clock.advance(STALL_AFTER)
+    answer = await _create(client, method)(**body)
+    rest = [event async for event in held]
+    await client.close()
+    return answer, rest
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(("provider", "method", "body"), DIALECTS, ids=DIALECT_IDS)
+def test_a_stream_held_unread_by_another_caller_is_taken_over(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    mode: str,
+    provider: str,
+    method: str,
+    body: Callable[[], dict[str, Any]],
+) -> None:
+    waits = Watch(monkeypatch, blocking=False)
+    upstream = FakeUpstream()
+    clock = ManualClock()
+    client = _client(provider, upstream, is_async=mode == "async", clock=clock)
+    with caplog.at_level(logging.WARNING, logger="cachekit.flights"):
+        if mode == "async":
+            answer, rest = asyncio.run(_stalled_in_a_task(client, method, body(), clock))
+        else:
+            answer, rest = _stalled_in_a_thread(client, method, body(), clock)
+    assert waits.blocked == []  # before the fix: a wait of coalesce_timeout (an hour here)
+    assert upstream.calls == 2
+    assert answer.id
+    assert rest  # the stalled stream still reads to its end
+    assert "has not read its stream for 5.0 s" in caplog.text
+    assert PROMPT not in caplog.text
+
+
+def test_a_follower_wakes_when_its_leader_could_first_be_judged_stalled() -> None:
+    clock = ManualClock()
+    flights = Flights(clock=clock)
+    flight, leading = flights.join("k")
+    follower = flights.follower("k", FOREVER)
+    assert leading
+    assert follower.before(flight) == SLOW_WAIT  # waiting on the provider: wake only to log
+    flight.idle(True)  # its caller holds the stream
+    clock.advance(3)
+    assert follower.before(flight) == STALL_AFTER - 3
+    flight.idle(False)  # ... and reads again: waiting on the provider, never a stall
+    clock.advance(FOREVER / 2)  # (the wait is logged now, once)
+    assert follower.before(flight) == STALL_AFTER
+    flight.idle(True)
+    clock.advance(STALL_AFTER)
+    assert follower.before(flight) == "take over"
+
+
+def test_a_long_wait_is_logged_with_its_reason_then_given_up(caplog: pytest.LogCaptureFixture) -> None:
+    clock = ManualClock()
+    flights = Flights(clock=clock)
+    flight, _ = flights.join("k" * 64)
+    follower = flights.follower("k" * 64, 20)
+    with caplog.at_level(logging.INFO, logger="cachekit.flights"):
+        clock.advance(SLOW_WAIT)
+        assert follower.before(flight) == 20 - SLOW_WAIT  # logged once; now only the deadline
+        clock.advance(20 - SLOW_WAIT)
+        assert follower.before(flight) == "give up"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "waited 5.0 s so far: the identical request is still waiting for the provider's answer "
+        f"(key={'k' * 16})",
+        "gave up after 20.0 s waiting for an identical request (coalesce_timeout): the identical "
+        f"request is still waiting for the provider's answer; going upstream (key={'k' * 16})",
+    ]
+
+
+# -- item 8: the followers of a failed leader elect one new leader ----------------------------------
+
+
+def _crowd(
+    mode: str, upstream: FakeUpstream, watch: Watch, ask: Callable[[], Any], *, cancel_leader: bool = False
+) -> list[Any]:
+    """Run ``ask`` ``CROWD`` times at once; results and exceptions, in no order.
+
+    The first call reaches the upstream and is held there until the others all wait for it (then its
+    task is cancelled, with ``cancel_leader``), then the upstream answers it. The next request to reach the
+    upstream (a new leader) is held in turn until every other caller has either finished or begun to
+    wait again: so a fix that works only because the callers happened to run one after the other
+    shows up as more upstream calls.
+    """
+    first, second = upstream.hold_next(), upstream.hold_next()
+
+    def lined_up(tasks: list[asyncio.Task[Any]]) -> None:
+        try:
+            assert first.arrived(HANG_GUARD)
+            assert watch.until(lambda: len(watch.waiting(first=True)) == CROWD - 1)
+            if cancel_leader:  # the one task that is not waiting; from this thread, through its loop
+                (leader,) = set(tasks) - watch.waiting(first=True)
+                leader.get_loop().call_soon_threadsafe(leader.cancel)
+            first.release()
+            assert second.arrived(HANG_GUARD)
+            # Everyone but the request held second: finished, or waiting for it.
+            assert watch.until(lambda: watch.finished + len(watch.waiting(first=False)) >= CROWD - 1)
+        finally:
+            first.release()
+            second.release()
+
+    if mode == "async":
+        return asyncio.run(_crowd_async(ask, watch, lined_up))
+    return _crowd_sync(ask, watch, lined_up)
+
+
+def _crowd_sync(
+    ask: Callable[[], Any], watch: Watch, lined_up: Callable[[list[asyncio.Task[Any]]], None]
+) -> list[Any]:
+    results: list[Any] = []
+
+    def run() -> None:
+        try:
+            results.append(ask())
+        except Exception as exc:  # the leader's own failure, returned for the test to check
+            results.append(exc)
+        finally:
+            watch.done()
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(CROWD)]
+    for thread in threads:
+        thread.start()
+    try:
+        lined_up([])
+    finally:
+        for thread in threads:
+            thread.join(HANG_GUARD)
+    return results
+
+
+async def _crowd_async(
+    ask: Callable[[], Awaitable[Any]], watch: Watch, lined_up: Callable[[list[asyncio.Task[Any]]], None]
+) -> list[Any]:
+    async def run() -> Any:
+        try:
+            return await ask()
+        finally:
+            watch.done()
+
+    tasks = [asyncio.ensure_future(run()) for _ in range(CROWD)]
+    await asyncio.to_thread(lined_up, tasks)  # waits on events while the tasks run in this loop
+    return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+
+def _split(results: list[Any]) -> tuple[list[BaseException], list[Any]]:
+    failures = [r for r in results if isinstance(r, BaseException)]
+    return failures, [r for r in results if not isinstance(r, BaseException)]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("status", "headers"), [(500, {}), (503, {"retry-after": "0"}), (429, {"retry-after-ms": "1"})]
+)
+@pytest.mark.parametrize(("provider", "method", "body"), DIALECTS, ids=DIALECT_IDS)
+def test_the_followers_of_a_failed_leader_elect_one_new_leader(
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    status: int,
+    headers: dict[str, str],
+    provider: str,
+    method: str,
+    body: Callable[[], dict[str, Any]],
+) -> None:
+    watch = Watch(monkeypatch)
+    upstream = FakeUpstream()
+    upstream.fail_next(status, headers=headers, message="the leader's own failure")
+    client = _client(provider, upstream, is_async=mode == "async")
+    failures, answers = _split(_crowd(mode, upstream, watch, lambda: _create(client, method)(**body())))
+    assert upstream.calls == 2  # the failed leader, then one new leader (before: one per follower)
+    # The failure reaches its own caller untouched, and nobody else.
+    assert len(failures) == 1
+    assert isinstance(failures[0], (anthropic.APIStatusError, openai.APIStatusError))
+    assert failures[0].status_code == status
+    assert "the leader's own failure" in str(failures[0])
+    assert all(failures[0].response.headers[name] == value for name, value in headers.items())
+    # Every follower has the new leader's answer.
+    assert len(answers) == CROWD - 1
+    assert len({answer.id for answer in answers}) == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_followers_of_a_stream_cut_short_elect_one_new_leader(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    watch = Watch(monkeypatch)
+    upstream = FakeUpstream()
+    upstream.break_next_stream(after=2, how="disconnect")
+    client = _client("anthropic", upstream, is_async=mode == "async")
+
+    def ask() -> Any:
+        with client.messages.stream(**anthropic_messages()) as stream:
+            return stream.get_final_message()
+
+    async def ask_async() -> Any:
+        async with client.messages.stream(**anthropic_messages()) as stream:
+            return await stream.get_final_message()
+
+    failures, answers = _split(_crowd(mode, upstream, watch, ask_async if mode == "async" else ask))
+    assert upstream.calls == 2
+    assert len(failures) == 1  # the leader's reader saw its connection drop
+    assert len(answers) == CROWD - 1
+    assert len({answer.id for answer in answers}) == 1
+
+
+def test_the_followers_of_a_cancelled_leader_elect_one_new_leader(monkeypatch: pytest.MonkeyPatch) -> None:
+    watch = Watch(monkeypatch)
+    upstream = FakeUpstream()
+    client = _client("openai", upstream, is_async=True)
+
+    results = _crowd(
+        "async",
+        upstream,
+        watch,
+        lambda: client.chat.completions.create(**DIALECTS[1][2]()),
+        cancel_leader=True,
+    )
+    failures, answers = _split(results)
+    assert upstream.calls == 2
+    assert [type(f) for f in failures] == [asyncio.CancelledError]
+    assert len({answer.id for answer in answers}) == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_rate_limited_leader_retries_as_a_follower_of_the_new_leader(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The SDK's own retry (after the provider's retry-after) joins the new leader's flight or reads
+    its answer: everyone, the rate-limited caller too, gets one answer from two upstream calls."""
+    watch = Watch(monkeypatch)
+    upstream = FakeUpstream()
+    upstream.fail_next(429, headers={"retry-after-ms": "1"})
+    client = _client("anthropic", upstream, is_async=mode == "async", max_retries=2)
+    failures, answers = _split(
+        _crowd(mode, upstream, watch, lambda: client.messages.create(**anthropic_messages()))
+    )
+    assert failures == []
+    assert upstream.calls == 2
+    assert len(answers) == CROWD
+    assert len({answer.id for answer in answers}) == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_error_a_retry_would_repeat_is_asked_for_by_each_follower(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """A 400 is no reason to elect: the followers go upstream on their own at once (a failure is
+    never shared as an answer), each getting its own error."""
+    watch = Watch(monkeypatch)
+    upstream = FakeUpstream()
+    upstream.fail_next(400, times=CROWD)
+    client = _client("openai", upstream, is_async=mode == "async")
+    failures, answers = _split(
+        _crowd(mode, upstream, watch, lambda: client.chat.completions.create(**DIALECTS[1][2]()))
+    )
+    assert upstream.calls == CROWD
+    assert answers == []
+    assert len({f.request_id for f in failures}) == CROWD  # type: ignore[attr-defined]
+
+
+class UnwritableStore(MemoryStore):
+    """Reads work, writes fail: no answer can be stored."""
+
+    def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+        raise OSError("disk full")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_answer_that_cannot_be_stored_sends_each_follower_on_its_own(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The leader got its answer: a retry is not needed, so its followers do not line up behind one
+    another; each asks at once (nothing is stored for them to read)."""
+    watch = Watch(monkeypatch)
+    upstream = FakeUpstream()
+    client = _client("anthropic", upstream, is_async=mode == "async", store=UnwritableStore())
+    failures, answers = _split(
+        _crowd(mode, upstream, watch, lambda: client.messages.create(**anthropic_messages()))
+    )
+    assert failures == []
+    assert upstream.calls == CROWD
+    assert len({answer.id for answer in answers}) == CROWD
+
+
+def test_who_takes_a_stalled_flight_over_leads_the_followers_that_waited_for_it() -> None:
+    clock = ManualClock()
+    flights = Flights(clock=clock)
+    stalled, _ = flights.join("k")
+    assert flights.join("k") == (stalled, False)  # a follower, waiting
+    taken_over, leading = flights.join("k", instead_of=stalled)  # another caller judged it stalled
+    assert leading
+    assert stalled.landed  # its followers wake ...
+    assert stalled.retry  # ... and join again ...
+    assert flights.join("k") == (taken_over, False)  # ... behind the new leader
+    stalled.settle(retry=False)  # the stalled leader finishing later changes nothing
+    flights.land("k", stalled)
+    assert flights.join("k") == (taken_over, False)
+
+
+def test_the_key_stays_reserved_for_the_providers_retry_after() -> None:
+    clock = ManualClock()
+    flights = Flights(clock=clock)
+    failed, _ = flights.join("k")
+    assert flights.join("k") == (failed, False)  # a follower
+    failed.settle(retry=True, retry_after=2.0)
+    flights.land("k", failed)
+    reserved, leading = flights.join("k")
+    assert not leading  # nobody leads before the provider's delay has passed ...
+    assert flights.follower("k", FOREVER).before(reserved) == 2.0  # ... and followers wake then
+    clock.advance(2.0)
+    assert flights.join("k") == (reserved, True)  # the first to join afterwards leads
+    assert flights.join("k") == (reserved, False)
+
+
+def test_a_retry_after_without_followers_reserves_nothing() -> None:
+    flights = Flights(clock=ManualClock())
+    failed, _ = flights.join("k")
+    failed.settle(retry=True, retry_after=2.0)
+    flights.land("k", failed)
+    assert len(flights) == 0
+    assert flights.join("k")[1]
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "expected"),
+    [
+        (500, {}, (True, None)),
+        (529, {"retry-after": "3"}, (True, 3.0)),
+        (429, {"retry-after-ms": "1500", "retry-after": "9"}, (True, 1.5)),
+        (429, {"retry-after": "soon"}, (True, None)),
+        (408, {}, (True, None)),
+        (409, {}, (True, None)),
+        (500, {"x-should-retry": "false"}, (False, None)),
+        (400, {"x-should-retry": "true", "retry-after": "1"}, (True, 1.0)),
+        (400, {"retry-after": "1"}, (False, None)),
+        (404, {}, (False, None)),
+        (429, {"retry-after": "-1"}, (True, None)),
+    ],
+)
+def test_retry_of_follows_the_sdks_rule(
+    status: int, headers: dict[str, str], expected: tuple[bool, float | None]
+) -> None:
+    assert retry_of(status, httpx2.Headers(headers)) == expected
+
+
+def test_retry_after_as_an_http_date() -> None:
+    retry, delay = retry_of(503, {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})
+    assert retry
+    assert delay is None  # in the past
+
+
+def test_a_held_request_waits_until_released_or_reset() -> None:
+    upstream = FakeUpstream()
+    client = openai.OpenAI(  # the plain SDK: every call reaches the upstream
+        api_key="k",
+        base_url=BASE_URLS["openai"],
+        http_client=httpx2.Client(transport=upstream),
+        max_retries=0,
+    )
+    answers: list[Any] = []
+    ask = lambda: answers.append(client.chat.completions.create(**DIALECTS[1][2]()))  # noqa: E731
+    for let_go in (Hold.release, lambda hold: upstream.reset()):
+        hold = upstream.hold_next()
+        caller = threading.Thread(target=ask)
+        caller.start()
+        assert hold.arrived(HANG_GUARD)  # received, and waiting: it cannot have answered yet
+        assert caller.is_alive()
+        let_go(hold)
+        caller.join(HANG_GUARD)
+    assert len(answers) == 2
+    client.close()
