@@ -225,6 +225,10 @@ def test_where_the_time_goes_on_a_model_and_billing_stays_per_request(tmp_path: 
         "cachekit run",
     ]
     assert all(timing.seconds >= 0 for timing in result.timings)
+    assert re.fullmatch(
+        r"once for both runs, on cpu with \d+ torch thread\(s\) \(\d+ cores, load \d+\.\d\)",
+        steps["model loaded"].detail,
+    )
     # The plain run's repeat (q2) and every request of the cachekit run that reached the backend got the
     # model's earlier answer to the same rendered prompt.
     assert steps["plain SDK run"].detail == "11 requests; the model generated 10 answers and replayed 1"
@@ -243,6 +247,25 @@ def test_where_the_time_goes_on_a_model_and_billing_stays_per_request(tmp_path: 
     for before, after in zip(result.plain, agent[1:], strict=False):
         assert after.read == before.uncached + before.written + before.read
     assert result.cached_cost < result.plain_cost
+
+
+@pytest.mark.parametrize(
+    ("cores", "load", "default", "threads"),
+    [
+        (2, 4.4, 2, 1),  # a busy 2-core machine: one thread, not two fighting for a busy core
+        (2, 0.1, 2, 2),  # an idle one: torch's default
+        (2, 1.5, 2, 1),
+        (8, 1.2, 4, 4),  # never more than torch's default (its physical cores)
+        (4, 1.2, 4, 3),
+        (1, 9.0, 1, 1),  # always at least one
+    ],
+)
+def test_torch_threads_for_the_model_are_the_idle_cores(
+    cores: int, load: float, default: int, threads: int
+) -> None:
+    from cachekit.demo import _cpu_threads
+
+    assert _cpu_threads(cores, load, default) == threads
 
 
 def test_a_generation_is_replayed_only_for_the_same_rendered_prompt() -> None:
