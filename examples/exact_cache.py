@@ -14,9 +14,10 @@ client = cachekit.Anthropic(
     api_key="sk-local",
     base_url="http://local.test",
     http_client=httpx2.Client(transport=LocalTransport(backend)),
-    # store: or "sqlite:///path/to/cache.db"; by default SQLite under $CACHEKIT_HOME. price_as: price the
-    # local backend's answers as Anthropic's in the cost ledger (`cachekit report`).
-    cache=cachekit.CacheConfig(store="memory://", price_as="anthropic"),
+    # store: or "sqlite:///path/to/cache.db" (by default SQLite under $CACHEKIT_HOME). ledger=False keeps
+    # this script out of your cost ledger ($CACHEKIT_HOME/ledger.sqlite3, what `cachekit report` reads).
+    # price_as: the local backend plays Anthropic (its prompt-caching rules and prices).
+    cache=cachekit.CacheConfig(store="memory://", ledger=False, price_as="anthropic"),
 )
 
 request = {

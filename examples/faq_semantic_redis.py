@@ -21,7 +21,8 @@ client = cachekit.OpenAI(
     http_client=httpx2.Client(transport=LocalTransport(backend)),
     cache=cachekit.CacheConfig(
         store=url,
-        price_as="openai",  # price the local backend's answers as OpenAI's (the ledger's cost report)
+        price_as="openai",  # the local backend plays OpenAI (its caching rules and prices)
+        ledger=False,  # keep this script out of your cost ledger ($CACHEKIT_HOME/ledger.sqlite3)
         semantic=cachekit.SemanticConfig(index=url, enabled=False),  # on where a call site opts in
         namespace=f"faq-{uuid.uuid4().hex[:8]}",  # an empty cache on every run, even on a shared Redis
     ),

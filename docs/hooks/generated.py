@@ -18,22 +18,36 @@ Markdown is read unrendered), and the hook replaces it before MkDocs renders the
 The data files are read through cachekit's own loaders (so inherited fields and validation are the
 library's), and the examples are computed by the library: the pages cannot drift from the code. An
 unknown marker or provider is a warning, which ``mkdocs build --strict`` turns into a failure.
+
+A page that must also read well unrendered (in the repository) commits the generated text: the marker
+then opens a block that ``<!-- /cachekit:KIND -->`` closes, and the text between them is what the
+generator printed. ``python docs/hooks/generated.py`` rewrites every such block under ``docs/`` from the
+code (``--check``: exit 1, naming the stale pages, instead of writing); a test keeps the committed text
+equal to what the generator prints. The site build regenerates a block like any other marker.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import logging
-import os
 import re
-import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("mkdocs.hooks.cachekit")
 
 _MARKER = re.compile(r"^<!-- cachekit:([a-z-]+)(?: ([A-Za-z0-9_.-]+))? -->$", re.MULTILINE)
+# A committed block: the marker, the generated text, and a closing marker of the same kind.
+_BLOCK = re.compile(
+    r"^(<!-- cachekit:([a-z-]+)(?: ([A-Za-z0-9_.-]+))? -->)\n.*?^(<!-- /cachekit:\2 -->)$",
+    re.MULTILINE | re.DOTALL,
+)
+#: The width the command line's help is laid out in (a terminal's width would make the text vary).
+HELP_WIDTH = 100
 
 #: Which rows of the usage table in cachekit.cost.usage's docstring describe each provider.
 USAGE_ROWS: dict[str, tuple[str, ...]] = {
@@ -363,27 +377,45 @@ def usage_section(provider: str | None) -> str:
     return "\n".join(parts)
 
 
+def _cli_parser() -> argparse.ArgumentParser:
+    """The ``cachekit`` command line's parser, laid out :data:`HELP_WIDTH` columns wide, never in color."""
+    from cachekit.cli import _build_parser
+
+    parser = _build_parser()
+    layout = functools.partial(argparse.HelpFormatter, width=HELP_WIDTH)
+    for each in (parser, *_subparsers(parser).values()):
+        each.formatter_class = layout
+        if hasattr(each, "color"):  # Python 3.14 colors help on a terminal
+            each.color = False
+    return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    raise ValueError("cachekit's command line has no subcommands")
+
+
 def cli_help(command: str | None) -> str:
-    """``cachekit [command] --help``, as the installed command line prints it."""
-    argv = [sys.executable, "-m", "cachekit", *([command] if command else []), "--help"]
-    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1"}
-    result = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=120)
-    if result.returncode != 0:
-        raise ValueError(f"{' '.join(argv[2:])} failed: {result.stderr.strip()}")
-    return f"```text\n$ cachekit {command + ' ' if command else ''}--help\n{result.stdout.rstrip()}\n```"
+    """``cachekit [command] --help``, as the command line prints it (:data:`HELP_WIDTH` columns)."""
+    parser = _cli_parser()
+    if command is not None:
+        commands = _subparsers(parser)
+        if command not in commands:
+            raise ValueError(f"cachekit has no command {command!r} (commands: {', '.join(commands)})")
+        parser = commands[command]
+    text = parser.format_help().rstrip()
+    return f"```text\n$ cachekit {command + ' ' if command else ''}--help\n{text}\n```"
 
 
 def cli_commands() -> list[str]:
     """The subcommands ``cachekit --help`` lists, in its order."""
-    usage = cli_help(None)
-    found = re.search(r"\{([a-z-]+(?:,[a-z-]+)*)\}", usage)
-    if found is None:
-        raise ValueError("cachekit --help lists no subcommands")
-    return found.group(1).split(",")
+    return list(_subparsers(_cli_parser()))
 
 
 def cli_sections(_: str | None = None) -> str:
-    """A section per subcommand: its help, as the installed command line prints it."""
+    """A section per subcommand: its help, as the command line prints it."""
     return "\n\n".join(f"## {command}\n\n{cli_help(command)}" for command in cli_commands())
 
 
@@ -409,24 +441,75 @@ GENERATORS: dict[str, Callable[[str | None], str]] = {
 }
 
 
+def _generate(kind: str, argument: str | None, where: str) -> str | None:
+    """What a marker asks for; ``None`` (after a warning) when it cannot be generated."""
+    generator = GENERATORS.get(kind)
+    if generator is None:
+        log.warning("%s: unknown marker cachekit:%s (known: %s)", where, kind, ", ".join(GENERATORS))
+        return None
+    try:
+        return generator(argument)
+    except Exception as exc:
+        log.warning("%s: cachekit:%s %s: %s", where, kind, argument or "", exc)
+        return None
+
+
 def expand(markdown: str, where: str = "a page") -> str:
-    """``markdown`` with every ``<!-- cachekit:... -->`` marker replaced by what it asks for."""
+    """``markdown`` with every ``<!-- cachekit:... -->`` marker (and committed block) replaced by what
+    it asks for, generated now."""
 
-    def replace(match: re.Match[str]) -> str:
-        kind, argument = match.group(1), match.group(2)
-        generator = GENERATORS.get(kind)
-        if generator is None:
-            log.warning("%s: unknown marker cachekit:%s (known: %s)", where, kind, ", ".join(GENERATORS))
-            return match.group(0)
-        try:
-            return generator(argument)
-        except Exception as exc:
-            log.warning("%s: cachekit:%s %s: %s", where, kind, argument or "", exc)
-            return match.group(0)
+    def block(match: re.Match[str]) -> str:
+        text = _generate(match.group(2), match.group(3), where)
+        return match.group(0) if text is None else text
 
-    return _MARKER.sub(replace, markdown)
+    def marker(match: re.Match[str]) -> str:
+        text = _generate(match.group(1), match.group(2), where)
+        return match.group(0) if text is None else text
+
+    return _MARKER.sub(marker, _BLOCK.sub(block, markdown))
+
+
+def refresh(markdown: str, where: str = "a page") -> str:
+    """``markdown`` with the text of each committed block generated again (markers kept)."""
+
+    def block(match: re.Match[str]) -> str:
+        text = _generate(match.group(2), match.group(3), where)
+        return match.group(0) if text is None else f"{match.group(1)}\n{text}\n{match.group(4)}"
+
+    return _BLOCK.sub(block, markdown)
 
 
 def on_page_markdown(markdown: str, *, page: Any, **kwargs: Any) -> str:
     """MkDocs event: expand the page's markers."""
     return expand(markdown, page.file.src_uri)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Rewrite the committed blocks of the docs pages from the code (``--check``: only report)."""
+    parser = argparse.ArgumentParser(
+        prog="python docs/hooks/generated.py", description="Regenerate the docs' committed generated text."
+    )
+    parser.add_argument("pages", nargs="*", type=Path, help="pages to refresh (default: every docs page)")
+    parser.add_argument("--check", action="store_true", help="exit 1 naming stale pages; write nothing")
+    args = parser.parse_args(argv)
+    docs = Path(__file__).resolve().parents[1]
+    pages = args.pages or sorted(p for p in docs.glob("**/*.md") if "hooks" not in p.parts)
+    stale = []
+    for page in pages:
+        text = page.read_text()
+        fresh = refresh(text, str(page))
+        if fresh != text:
+            stale.append(str(page))
+            if not args.check:
+                page.write_text(fresh)
+    verb = "stale (run python docs/hooks/generated.py)" if args.check else "rewritten"
+    for page in stale:
+        print(f"{page}: {verb}")
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    # The checkout's own cachekit, whatever the environment has installed.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    logging.basicConfig(format="%(message)s")
+    sys.exit(main())
