@@ -405,7 +405,7 @@ def _add_demo(commands: Any) -> None:
         description=(
             "Sends a support-agent conversation with tools and a batch of customer questions twice, through "
             "the plain SDK and through cachekit, to the local backend (SmolLM2-135M-Instruct, converted on "
-            "first use; or the scripted engine), and prints tokens, breakpoints, hits, latency and cost."
+            "first use; or the scripted engine), and prints tokens, breakpoints, hits and cost."
         ),
     )
     demo.add_argument(
