@@ -909,7 +909,7 @@ class Pipeline:
         if not excluded.isdisjoint(body):
             # Opted-out and form fields leave the key but still go upstream.
             kept = {k: v for k, v in body.items() if k not in excluded}
-            body_bytes = canonical.dumps(canonical.canonicalize(kept, dialect, self._options).body)
+            body_bytes = canonical.dumps(canonical.canonicalize(kept, dialect, self._options).body, dialect)
         model = body.get("model")
         seen = _Seen(
             hashlib.sha256(body_bytes).digest(),
@@ -1185,7 +1185,7 @@ class Pipeline:
                     body, blocks = reordered, None
                     # The moved blocks' paths changed: find them again in the new order.
                     volatile = {f.where for f in lint_request(route.dialect, body, patterns=patterns)}
-                    request = rebuild_request(request, canonical.dumps(body))
+                    request = rebuild_request(request, canonical.dumps(body, route.dialect))
             applied = self.planner.apply(
                 provider,
                 route.dialect,
@@ -1198,7 +1198,7 @@ class Pipeline:
             if not applied.changed:
                 return request, applied
             self.stats.add("planned")
-            return rebuild_request(request, canonical.dumps(applied.body)), applied
+            return rebuild_request(request, canonical.dumps(applied.body, route.dialect)), applied
         except PlanError as exc:
             # The provider will refuse the request with its own 400; it goes as the caller wrote it.
             self.stats.add("plan_errors")
@@ -1216,7 +1216,7 @@ class Pipeline:
         """The request with its canonical body, those bytes, and the canonical body (read-only)."""
         try:
             result = canonical.canonicalize(body, dialect, self._options)
-            body_bytes = canonical.dumps(result.body)
+            body_bytes = canonical.dumps(result.body, dialect)
         except (TypeError, ValueError, RecursionError) as exc:  # orjson.JSONEncodeError is a TypeError
             raise _NotCanonical(str(exc)) from exc
         if body_bytes == request.content:
