@@ -1,32 +1,41 @@
 """Canonical request bodies: the same request always becomes the same bytes.
 
 Providers' prefix caches and cachekit's exact cache both match on bytes, yet callers often send
-semantically identical requests in different byte forms: a tool schema built from a dict whose key
-order depends on code paths, tool-call arguments re-serialized with other spacing, tools registered
-in a different order. :func:`canonicalize` removes exactly those differences and nothing else:
+semantically identical requests in different byte forms: objects whose key order depends on code
+paths, tool-call arguments re-serialized with other spacing, ``temperature`` written ``1`` or ``1.0``,
+tools registered in a different order. Canonical form removes exactly the differences the provider
+ignores, and nothing else. Two steps:
 
-* keys are sorted recursively inside tool definitions (the whole definition: name, description and
-  the schema, Anthropic ``input_schema``, OpenAI Chat ``function.parameters``, OpenAI Responses
-  ``parameters``) and inside Anthropic ``tool_use`` / ``server_tool_use`` inputs;
+:func:`canonicalize` rewrites values (copy-on-write):
+
 * OpenAI tool-call ``arguments`` strings (Chat assistant ``tool_calls``, Responses ``function_call``
-  input items) are re-dumped sorted and compact, but only when they parse as JSON;
+  input items) are re-dumped sorted and compact, but only when that is provably lossless (no number
+  a double cannot hold exactly as written, no duplicate key): otherwise they stay byte for byte;
+* integral floats in sampling parameters (:data:`EQUAL_NUMBERS`) become integers: ``1.0`` is ``1``;
 * tools are optionally sorted by name (:attr:`CanonicalOptions.tool_order`);
 * whitespace in prose is optionally normalized (:attr:`CanonicalOptions.normalize_whitespace`).
 
-Messages, content blocks, tool results and everything else keep their order and bytes. In
-particular response-format JSON schemas keep their key order: structured-output property order is
-what the model generates in, so sorting it would change answers.
+:func:`dumps` writes the bytes (sent upstream and hashed into the key) with object keys sorted where
+order means nothing to the provider, and in the caller's order where it does:
 
-The functions are pure (no I/O) and copy-on-write: new containers are built only along the paths
-that change, so untouched subtrees of the result are the input's own objects. Treat the result as
-read-only, or copy before mutating it.
+* the JSON Schemas that drive generation (:data:`ORDER_KEPT`: tool parameter schemas, response
+  formats, Anthropic output formats) keep their order, so a reason-before-answer schema is never sent
+  answer-first, and two schemas that differ only in property order get different keys;
+* top-level fields cachekit does not know (:data:`SORTED_FIELDS`), such as a compatible server's
+  extensions, are written as the caller wrote them: cachekit cannot know that their order is free;
+* every other object (the top level, messages, content blocks, tool definitions around their schema,
+  tool inputs in the history, ``tool_choice``, ``metadata``, ...) has its keys sorted.
+
+Messages, content blocks and lists keep their order and text. The functions are pure (no I/O, no
+shared state); untouched subtrees of :func:`canonicalize`'s result are the input's own objects, so
+treat the result as read-only, or copy before mutating it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -34,15 +43,24 @@ import orjson
 
 from cachekit._types import Dialect, JSONObject, ToolOrder
 
-__all__ = ["CanonicalOptions", "CanonicalResult", "Change", "canonicalize", "dumps"]
+__all__ = [
+    "EQUAL_NUMBERS",
+    "ORDER_KEPT",
+    "SORTED_FIELDS",
+    "CanonicalOptions",
+    "CanonicalResult",
+    "Change",
+    "canonicalize",
+    "dumps",
+]
 
 logger = logging.getLogger("cachekit.canonical")
 
 _SORT_KEYS: Final = orjson.OPT_SORT_KEYS
 
 # Change kinds (the values of Change.kind).
-_SORTED_KEYS: Final = "sorted_keys"
 _COMPACTED_ARGUMENTS: Final = "compacted_arguments"
+_NORMALIZED_NUMBER: Final = "normalized_number"
 _REORDERED_TOOLS: Final = "reordered_tools"
 _NORMALIZED_WHITESPACE: Final = "normalized_whitespace"
 
@@ -51,15 +69,157 @@ _NORMALIZED_WHITESPACE: Final = "normalized_whitespace"
 #: Content parts that carry prose: Anthropic system/message blocks and Chat parts; Responses parts.
 _TEXT_PARTS: Final = ("text",)
 _RESPONSES_TEXT_PARTS: Final = ("input_text", "output_text")
-#: Anthropic blocks whose ``input`` is a model-written JSON object.
-_TOOL_USE_TYPES: Final = ("tool_use", "server_tool_use")
 #: Chat roles whose content is data produced by a tool, not prose: left alone even when normalizing.
 _CHAT_TOOL_ROLES: Final = ("tool", "function")
+
+_ANTHROPIC_KEPT: Final = (
+    "tools/*/input_schema",
+    "tools/*/input_examples",
+    "output_config/format/schema",
+    "output_format/schema",
+)
+
+#: Where key order is meaning, per dialect: paths (``*`` is every item of a list) of the subtrees
+#: :func:`dumps` writes in the caller's order. Providers generate structured output in a schema's
+#: property order (strict tools, response formats), and a model reads every tool schema (strict or
+#: not) and example in the order it was written, so these are never reordered. ``output_format`` is
+#: Anthropic's structured-outputs beta; ``functions`` is Chat's legacy form of ``tools``.
+ORDER_KEPT: Final[Mapping[Dialect, tuple[str, ...]]] = {
+    "anthropic_messages": _ANTHROPIC_KEPT,
+    "anthropic_count_tokens": _ANTHROPIC_KEPT,
+    "openai_chat": (
+        "tools/*/function/parameters",
+        "functions/*/parameters",
+        "response_format/json_schema/schema",
+    ),
+    "openai_responses": ("tools/*/parameters", "text/format/schema"),
+}
+
+_ANTHROPIC_FIELDS: Final = frozenset(
+    {
+        "cache_control",
+        "container",
+        "context_management",
+        "inference_geo",
+        "max_tokens",
+        "mcp_servers",
+        "messages",
+        "metadata",
+        "model",
+        "output_config",
+        "output_format",
+        "service_tier",
+        "speed",
+        "stop_sequences",
+        "stream",
+        "system",
+        "temperature",
+        "thinking",
+        "tool_choice",
+        "tools",
+        "top_k",
+        "top_p",
+    }
+)
+
+#: The top-level fields of each dialect whose structure cachekit knows: outside :data:`ORDER_KEPT`
+#: their objects' key order means nothing to the provider, so :func:`dumps` sorts it. Any other
+#: top-level field (a new API field, a compatible server's extension such as vLLM's ``guided_json``
+#: schema) is written as the caller wrote it: when in doubt, order is kept.
+SORTED_FIELDS: Final[Mapping[Dialect, frozenset[str]]] = {
+    "anthropic_messages": _ANTHROPIC_FIELDS,
+    "anthropic_count_tokens": _ANTHROPIC_FIELDS,
+    "openai_chat": frozenset(
+        {
+            "audio",
+            "frequency_penalty",
+            "function_call",
+            "functions",
+            "logit_bias",
+            "logprobs",
+            "max_completion_tokens",
+            "max_tokens",
+            "messages",
+            "metadata",
+            "modalities",
+            "model",
+            "n",
+            "parallel_tool_calls",
+            "prediction",
+            "presence_penalty",
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "reasoning_effort",
+            "response_format",
+            "safety_identifier",
+            "seed",
+            "service_tier",
+            "stop",
+            "store",
+            "stream",
+            "stream_options",
+            "temperature",
+            "tool_choice",
+            "tools",
+            "top_logprobs",
+            "top_p",
+            "user",
+            "verbosity",
+            "web_search_options",
+        }
+    ),
+    "openai_responses": frozenset(
+        {
+            "background",
+            "conversation",
+            "include",
+            "input",
+            "instructions",
+            "max_output_tokens",
+            "max_tool_calls",
+            "metadata",
+            "model",
+            "parallel_tool_calls",
+            "previous_response_id",
+            "prompt",
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "reasoning",
+            "safety_identifier",
+            "service_tier",
+            "store",
+            "stream",
+            "stream_options",
+            "temperature",
+            "text",
+            "tool_choice",
+            "tools",
+            "top_logprobs",
+            "top_p",
+            "truncation",
+            "user",
+        }
+    ),
+}
+
+#: Top-level parameters the API types as a *number* (any number, not an integer), where ``1`` and
+#: ``1.0`` are one request: :func:`canonicalize` writes an integral float there as an integer.
+#: Integer parameters (``max_tokens``, ``top_k``, ``n``, ``seed``, ...) are not listed: an API may
+#: refuse ``100.0`` there, and cachekit must not turn a request the provider refuses into one it takes.
+EQUAL_NUMBERS: Final[Mapping[Dialect, tuple[str, ...]]] = {
+    "anthropic_messages": ("temperature", "top_p"),
+    "anthropic_count_tokens": ("temperature", "top_p"),
+    "openai_chat": ("temperature", "top_p", "frequency_penalty", "presence_penalty"),
+    "openai_responses": ("temperature", "top_p"),
+}
+
+# Integral floats up to 2**53 are exactly integers; beyond, a float's integer is not what was written.
+_EXACT_INTEGERS: Final = 2.0**53
 
 
 @dataclass(frozen=True, slots=True)
 class CanonicalOptions:
-    """How far :func:`canonicalize` goes beyond key order and argument compaction.
+    """How far :func:`canonicalize` goes beyond argument compaction and equal numbers.
 
     Attributes:
         tool_order: ``"keep"`` (default) leaves tools as sent. ``"sort"`` sorts them by name
@@ -89,10 +249,11 @@ class Change:
 
     Attributes:
         path: JSON-pointer-like location in the *canonical* body (after any tool reordering), e.g.
-            ``/tools/2``, ``/messages/3/content/1/input``,
-            ``/messages/4/tool_calls/0/function/arguments``, or ``/tools`` for a reordering.
-        kind: ``"sorted_keys"``, ``"compacted_arguments"``, ``"reordered_tools"`` or
-            ``"normalized_whitespace"``.
+            ``/temperature``, ``/messages/4/tool_calls/0/function/arguments``, or ``/tools`` for a
+            reordering.
+        kind: ``"compacted_arguments"``, ``"normalized_number"``, ``"reordered_tools"`` or
+            ``"normalized_whitespace"``. (Key order is not a change to the body: :func:`dumps`
+            decides it when writing the bytes.)
     """
 
     path: str
@@ -105,7 +266,7 @@ class CanonicalResult:
 
     Attributes:
         body: the canonical body, a new top-level dict (the input is never mutated); subtrees that did
-            not change are shared with the input.
+            not change are shared with the input. Write it with :func:`dumps`.
         changes: every change made, empty when the body was already canonical.
     """
 
@@ -135,11 +296,12 @@ def canonicalize(
     # Always a new top-level dict, so callers may set top-level fields without touching the input.
     out = dict(body)
     ws = options.normalize_whitespace
+    _equal_numbers(out, EQUAL_NUMBERS.get(dialect, ()), changes)
     if dialect in ("anthropic_messages", "anthropic_count_tokens"):
         _canon_tools(out, options, changes, _tool_name)
         if ws:
             _replace(out, "system", _prose_or_blocks(out.get("system"), "/system", _TEXT_PARTS, changes))
-        _canon_list(out, "messages", changes, ws, _anthropic_messages)
+            _canon_list(out, "messages", changes, ws, _anthropic_messages)
     elif dialect == "openai_chat":
         _canon_tools(out, options, changes, _chat_tool_name)
         _canon_list(out, "messages", changes, ws, _chat_messages)
@@ -158,18 +320,83 @@ def canonicalize(
     return CanonicalResult(out, tuple(changes))
 
 
-def dumps(body: JSONObject) -> bytes:
-    """Compact JSON bytes of a canonical ``body``, with its top-level keys sorted.
+def dumps(body: JSONObject, dialect: Dialect) -> bytes:
+    """Compact JSON bytes of a ``body`` of ``dialect``: the bytes sent upstream and hashed into keys.
 
-    Only the top level is sorted, so SDKs that emit fields in different orders give the same bytes,
-    while message contents and response-format schemas keep the order the model should see.
-    ``orjson.loads`` of the result equals ``body``. Raises :class:`orjson.JSONEncodeError` (a
-    :class:`TypeError`) for values JSON cannot hold, such as integers beyond 64 bits; a body parsed by
-    orjson never has them.
+    Object keys are sorted everywhere except in :data:`ORDER_KEPT` subtrees and top-level fields
+    outside :data:`SORTED_FIELDS`, which keep the caller's order (an unknown ``dialect`` keeps every
+    field's order and sorts only the top level). ``orjson.loads`` of the result equals ``body``.
+    Raises :class:`orjson.JSONEncodeError` (a :class:`TypeError`) for what orjson cannot write:
+    integers beyond 64 bits (a body parsed by orjson has none), nesting deeper than 255 levels.
     """
-    if list(body) != sorted(body):
-        body = {key: body[key] for key in sorted(body)}
-    return orjson.dumps(body)
+    known = SORTED_FIELDS.get(dialect, frozenset())
+    kept = _KEPT_TREES.get(dialect, {})
+    prepared: dict[str, Any] = {}
+    for name, value in body.items():
+        if name not in known:
+            prepared[name] = _as_written(value)
+        elif name in kept:
+            prepared[name] = _keep_order(value, kept[name])
+        else:
+            prepared[name] = value
+    # One pass in C sorts every object's keys; the kept subtrees are already bytes (fragments).
+    return orjson.dumps(prepared, option=_SORT_KEYS)
+
+
+# -- key order -----------------------------------------------------------------------------------
+
+#: A compiled :data:`ORDER_KEPT` path set: nested dicts by path part, ``None`` at a kept subtree.
+_Trie = dict[str, Any]
+
+
+def _trie(paths: tuple[str, ...]) -> _Trie:
+    root: _Trie = {}
+    for path in paths:
+        node: _Trie | None = root
+        *parents, leaf = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {}) if node is not None else None
+        if node is not None:  # else a parent is kept whole already
+            node[leaf] = None
+    return root
+
+
+_KEPT_TREES: Final[Mapping[str, _Trie]] = {dialect: _trie(paths) for dialect, paths in ORDER_KEPT.items()}
+
+
+def _as_written(value: Any) -> Any:
+    """``value`` ready to be written in its own key order (an orjson fragment for a container)."""
+    if isinstance(value, (dict, list)):
+        return orjson.Fragment(orjson.dumps(value))
+    return value
+
+
+def _keep_order(value: Any, node: _Trie | None) -> Any:
+    """``value`` with the subtrees at ``node``'s leaves replaced by fragments in their own order
+    (``value`` itself is kept when ``node`` is ``None``).
+
+    Only the containers along the way are copied; values off the paths are shared with ``value``.
+    """
+    if node is None:
+        return _as_written(value)
+    if isinstance(value, list):
+        each = node.get("*")
+        return value if each is None else [_keep_order(item, each) for item in value]
+    if not isinstance(value, dict) or node.keys().isdisjoint(value):
+        return value
+    return {k: _keep_order(v, node[k]) if k in node else v for k, v in value.items()}
+
+
+# -- equal numbers ---------------------------------------------------------------------------------
+
+
+def _equal_numbers(out: dict[str, Any], fields: tuple[str, ...], changes: list[Change]) -> None:
+    """Write the integral floats of ``fields`` (top-level number parameters) as integers."""
+    for name in fields:
+        value = out.get(name)
+        if type(value) is float and value.is_integer() and abs(value) <= _EXACT_INTEGERS:
+            out[name] = int(value)
+            changes.append(Change(f"/{name}", _NORMALIZED_NUMBER))
 
 
 # -- copy-on-write plumbing ----------------------------------------------------------------------
@@ -215,75 +442,61 @@ def _with(obj: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     return new
 
 
-# -- key sorting and argument compaction ---------------------------------------------------------
-
-
-def _sorted_keys(value: Any) -> Any:
-    """``value`` with dict keys sorted recursively, or ``value`` itself when already sorted.
-
-    NaN and infinities are not JSON (orjson's parser rejects them); if a lenient parser let one into a
-    subtree whose keys need sorting, it comes back as ``None``, as orjson dumps it.
-    """
-    try:
-        ordered = orjson.dumps(value, option=_SORT_KEYS)
-        # Typical schemas put "type" first, so an unsorted top level is the common case and settles
-        # it; otherwise compare with the unsorted bytes. Two dumps are cheaper than walking the tree
-        # in Python, and bytes see key order, which dict equality ignores.
-        keys = list(value) if isinstance(value, dict) else None
-        if (keys is None or keys == sorted(keys)) and orjson.dumps(value) == ordered:
-            return value
-    except TypeError:
-        # orjson.JSONEncodeError: an integer beyond 64 bits (from a non-orjson parser), nesting deeper
-        # than orjson's 255 levels, or a non-string key. The slow path keeps such values exactly.
-        return _sorted_keys_py(value)
-    return orjson.loads(ordered)
-
-
-def _sorted_keys_py(value: Any) -> Any:
-    """Pure-Python :func:`_sorted_keys` for values orjson cannot dump; never raises."""
-    try:
-        return _sort_py(value)
-    except RecursionError:
-        return value
-
-
-def _sort_py(value: Any) -> Any:
-    if isinstance(value, dict):
-        items = [(k, _sort_py(v)) for k, v in value.items()]
-        changed = any(new is not old for (_, new), old in zip(items, value.values(), strict=True))
-        if all(isinstance(k, str) for k, _ in items):
-            ordered = sorted(items, key=lambda kv: kv[0])
-            if [k for k, _ in ordered] != [k for k, _ in items]:
-                items, changed = ordered, True
-        return dict(items) if changed else value
-    if isinstance(value, list):
-        return _map_list(value, lambda v, _i: _sort_py(v))
-    return value
-
-
-# A run of 20 digits may be an integer beyond 64 bits, which orjson parses as a lossy float.
-_DIGIT_RUN: Final = re.compile(r"[0-9]{20}")
+# -- argument compaction ------------------------------------------------------------------------
 
 
 def _canon_arguments(args: Any) -> Any:
-    """A tool-call ``arguments`` string re-dumped sorted and compact when it parses as JSON.
+    """A tool-call ``arguments`` string re-dumped sorted and compact, when that is provably lossless.
 
-    Anything else (not a string, not JSON, or JSON that would not survive the round trip) is returned
-    as is, byte for byte: the model wrote it and the provider decides what it means.
+    Anything else (not a string, not JSON, or JSON that orjson would not read exactly as written) is
+    returned as is, byte for byte: the model wrote it and the provider decides what it means.
     """
     if not isinstance(args, str):
         return args
     try:
-        parsed = orjson.loads(args)
-        new = orjson.dumps(parsed, option=_SORT_KEYS).decode()
+        new = orjson.dumps(orjson.loads(args), option=_SORT_KEYS).decode()
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
         return args
-    if new == args:
-        return args
-    if _DIGIT_RUN.search(args):
-        # orjson turns integers beyond 64 bits into floats; re-dumping would change the value.
+    if new == args or not _lossless(args):
         return args
     return new
+
+
+class _Lossy(ValueError):
+    """Part of a JSON text that orjson would not read exactly as written."""
+
+
+def _exact_int(text: str) -> int:
+    value = int(text)
+    # orjson reads integers from -2**63 to 2**64 - 1 exactly (others become doubles); "-0" is 0.
+    if not -(2**63) <= value < 2**64 or str(value) != text:
+        raise _Lossy("integer")
+    return value
+
+
+def _exact_float(text: str) -> float:
+    # A number whose shortest double text is not what was written has more digits than a double
+    # holds, or is written another way (1.50, 1E2): either way, a rewrite would change the text.
+    value = float(text)
+    if orjson.dumps(value) != text.encode():
+        raise _Lossy("number")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _Lossy("duplicate key")  # a parser keeps one of them; which one, the provider decides
+    return obj
+
+
+def _lossless(text: str) -> bool:
+    """Whether orjson reads the JSON ``text`` exactly: every number as written, no duplicate key."""
+    try:
+        json.loads(text, parse_int=_exact_int, parse_float=_exact_float, object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError):  # _Lossy is a ValueError, as is any parse error
+        return False
+    return True
 
 
 # -- whitespace ----------------------------------------------------------------------------------
@@ -339,49 +552,12 @@ def _canon_tools(
     tools = out.get("tools")
     if not isinstance(tools, list):
         return
-    ordered = tools
-    if options.tool_order == "sort" and not any(isinstance(t, dict) and "cache_control" in t for t in tools):
-        ordered = _sort_tools(tools, name_of)
-        if ordered is not tools:
-            changes.append(Change("/tools", _REORDERED_TOOLS))
-    new, changed = _sorted_tool_definitions(ordered)
-    # Paths name positions in the output, so key sorting is recorded after the reordering.
-    changes.extend(Change(f"/tools/{i}", _SORTED_KEYS) for i in changed)
-    if new is not tools:
-        out["tools"] = new
-
-
-# Tool definitions are re-sent unchanged on every turn of a conversation, so their sorted form is
-# remembered by their bytes: a dump of the list (tens of microseconds) replaces re-sorting every schema.
-# The cached lists are shared between results, which is why results are documented as read-only.
-_TOOLS_CACHE_SIZE: Final = 256
-_tools_cache: dict[bytes, tuple[list[Any], tuple[int, ...]]] = {}
-
-
-def _sorted_tool_definitions(tools: list[Any]) -> tuple[list[Any], tuple[int, ...]]:
-    """``tools`` with every definition's keys sorted recursively, and the indices that changed.
-
-    A whole definition is sorted (name, description, schema, ``cache_control``...): its key order
-    means nothing to the API, and different code paths build the same tool in different orders.
-    """
-    try:
-        raw = orjson.dumps(tools)
-    except TypeError:  # a value orjson cannot dump: the slow path keeps it exactly
-        return _sort_each_tool(tools)
-    cached = _tools_cache.get(raw)
-    if cached is None:
-        cached = _sort_each_tool(tools)
-        if len(_tools_cache) >= _TOOLS_CACHE_SIZE:
-            _tools_cache.pop(next(iter(_tools_cache)))  # oldest first: dicts keep insertion order
-        _tools_cache[raw] = cached
-    new, changed = cached
-    return (tools, ()) if not changed else (new, changed)
-
-
-def _sort_each_tool(tools: list[Any]) -> tuple[list[Any], tuple[int, ...]]:
-    new = [_sorted_keys(tool) if isinstance(tool, dict) else tool for tool in tools]
-    changed = tuple(i for i, (a, b) in enumerate(zip(tools, new, strict=True)) if a is not b)
-    return (new if changed else tools), changed
+    if options.tool_order != "sort" or any(isinstance(t, dict) and "cache_control" in t for t in tools):
+        return
+    ordered = _sort_tools(tools, name_of)
+    if ordered is not tools:
+        changes.append(Change("/tools", _REORDERED_TOOLS))
+        out["tools"] = ordered
 
 
 def _sort_tools(tools: list[Any], name_of: Callable[[Any], str | None]) -> list[Any]:
@@ -413,58 +589,22 @@ def _chat_tool_name(tool: Any) -> str | None:
 
 
 # -- messages ------------------------------------------------------------------------------------
-# These run over every message of every request, so they are plain loops (no per-item closures), and
-# copy a list only on its first changed item.
+# Chat and Responses messages are walked on every request (for their tool-call arguments), so those
+# walks are plain loops (no per-item closures) that copy a list only on its first changed item.
 
 
 def _anthropic_messages(messages: list[Any], ws: bool, changes: list[Change]) -> list[Any]:
-    out = messages
-    for i, message in enumerate(messages):
+    """Prose whitespace in Anthropic messages (string contents and text blocks; called only when
+    normalizing). Tool inputs and results, thinking (signed), documents and images are data."""
+
+    def fix(message: Any, i: int) -> Any:
         if not isinstance(message, dict):
-            continue
+            return message
         content = message.get("content")
-        if isinstance(content, list):
-            new_content = _anthropic_blocks(content, i, ws, changes)
-        elif ws and isinstance(content, str):
-            new_content = _prose(content, f"/messages/{i}/content", changes)
-        else:
-            continue
-        if new_content is not content:
-            if out is messages:
-                out = list(messages)
-            out[i] = _with(message, "content", new_content)
-    return out
+        new = _prose_or_blocks(content, f"/messages/{i}/content", _TEXT_PARTS, changes)
+        return message if new is content else _with(message, "content", new)
 
-
-def _anthropic_blocks(blocks: list[Any], i: int, ws: bool, changes: list[Change]) -> list[Any]:
-    out = blocks
-    for j, block in enumerate(blocks):
-        if not isinstance(block, dict):
-            continue
-        kind = block.get("type")
-        if kind in _TOOL_USE_TYPES:
-            tool_input = block.get("input")
-            if not isinstance(tool_input, dict):
-                continue
-            new = _sorted_keys(tool_input)
-            if new is tool_input:
-                continue
-            # Paths are built only for changes: this loop runs over every block of every request.
-            changes.append(Change(f"/messages/{i}/content/{j}/input", _SORTED_KEYS))
-            new_block = _with(block, "input", new)
-        elif ws and kind == "text":
-            text = block.get("text")
-            new = _prose(text, f"/messages/{i}/content/{j}/text", changes)
-            if new is text:
-                continue
-            new_block = _with(block, "text", new)
-        else:
-            # tool_result, thinking (signed), documents, images: data, never rewritten.
-            continue
-        if out is blocks:
-            out = list(blocks)
-        out[j] = new_block
-    return out
+    return _map_list(messages, fix)
 
 
 def _chat_messages(messages: list[Any], ws: bool, changes: list[Change]) -> list[Any]:

@@ -1018,7 +1018,7 @@ class Pipeline:
         if not excluded.isdisjoint(body):
             # Opted-out and form fields leave the key but still go upstream.
             kept = {k: v for k, v in body.items() if k not in excluded}
-            body_bytes = canonical.dumps(canonical.canonicalize(kept, dialect, self._options).body)
+            body_bytes = canonical.dumps(canonical.canonicalize(kept, dialect, self._options).body, dialect)
         model = body.get("model")
         seen = _Seen(
             hashlib.sha256(body_bytes).digest(),
@@ -1411,7 +1411,7 @@ class Pipeline:
                     body, blocks = reordered, None
                     # The moved blocks' paths changed: find them again in the new order.
                     volatile = {f.where for f in lint_request(route.dialect, body, patterns=patterns)}
-                    request = rebuild_request(request, canonical.dumps(body))
+                    request = rebuild_request(request, canonical.dumps(body, route.dialect))
             applied = self.planner.apply(
                 provider,
                 route.dialect,
@@ -1424,7 +1424,8 @@ class Pipeline:
             if not applied.changed:
                 return _Shaped(request, applied, applied.header())
             self.stats.add("planned")
-            return _Shaped(rebuild_request(request, canonical.dumps(applied.body)), applied, applied.header())
+            upstream = rebuild_request(request, canonical.dumps(applied.body, route.dialect))
+            return _Shaped(upstream, applied, applied.header())
         except PlanError as exc:
             # The provider will refuse the request with its own 400; it goes as the caller wrote it.
             self.stats.add("plan_errors")
@@ -1442,7 +1443,7 @@ class Pipeline:
         """The request with its canonical body, those bytes, and the canonical body (read-only)."""
         try:
             result = canonical.canonicalize(body, dialect, self._options)
-            body_bytes = canonical.dumps(result.body)
+            body_bytes = canonical.dumps(result.body, dialect)
         except (TypeError, ValueError, RecursionError) as exc:  # orjson.JSONEncodeError is a TypeError
             raise _NotCanonical(str(exc)) from exc
         if body_bytes == request.content:

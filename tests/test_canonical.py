@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -262,7 +263,7 @@ options = st.builds(
 )
 
 
-# -- the places canonicalize may rewrite -----------------------------------------------------------
+# -- the places canonicalize may rewrite, and the schemas dumps keeps ------------------------------
 
 PLACEHOLDER = "<canonical>"
 
@@ -272,35 +273,51 @@ def _get_list(obj: Any, key: str) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def named_places(body: dict[str, Any], dialect: str) -> list[tuple[Any, Any, str]]:
-    """``(container, key, kind)`` for every value canonicalize may rewrite (outside whitespace/tool order).
-
-    ``kind`` is "tree" for key-sorted subtrees and "arguments" for JSON strings.
-    """
-    places: list[tuple[Any, Any, str]] = []
-    tools = _get_list(body, "tools")
-    # Whole tool definitions are key-sorted (their key order means nothing to the API).
-    places.extend((tools, i, "tree") for i, tool in enumerate(tools) if isinstance(tool, dict))
-    if dialect in ANTHROPIC:
-        for message in _get_list(body, "messages"):
-            for block in _get_list(message, "content"):
-                if block.get("type") in ("tool_use", "server_tool_use"):
-                    places.append((block, "input", "tree"))
-    elif dialect == "openai_chat":
+def named_places(body: dict[str, Any], dialect: str) -> list[tuple[Any, Any]]:
+    """``(container, key)`` of every arguments string canonicalize may rewrite (the generated bodies
+    hold no sampling parameters, and whitespace and tool order are opt-in)."""
+    places: list[tuple[Any, Any]] = []
+    if dialect == "openai_chat":
         for message in _get_list(body, "messages"):
             for call in _get_list(message, "tool_calls"):
-                places.append((call["function"], "arguments", "arguments"))
-    else:
+                places.append((call["function"], "arguments"))
+    elif dialect == "openai_responses":
         for item in _get_list(body, "input"):
             if item.get("type") == "function_call":
-                places.append((item, "arguments", "arguments"))
+                places.append((item, "arguments"))
     return places
+
+
+# Where the generated bodies hold JSON Schemas ("*": each item of a list), as these strategies build them.
+SCHEMA_PATHS = {
+    "anthropic_messages": (("tools", "*", "input_schema"),),
+    "anthropic_count_tokens": (("tools", "*", "input_schema"),),
+    "openai_chat": (("tools", "*", "function", "parameters"), ("response_format", "json_schema", "schema")),
+    "openai_responses": (("tools", "*", "parameters"), ("text", "format", "schema")),
+}
+
+
+def schemas_in(body: Any, dialect: str) -> list[Any]:
+    found: list[Any] = []
+
+    def walk(value: Any, path: tuple[str, ...]) -> None:
+        if not path:
+            found.append(value)
+        elif path[0] == "*" and isinstance(value, list):
+            for item in value:
+                walk(item, path[1:])
+        elif isinstance(value, dict) and path[0] in value:
+            walk(value[path[0]], path[1:])
+
+    for path in SCHEMA_PATHS[dialect]:
+        walk(body, path)
+    return found
 
 
 def masked(body: dict[str, Any], dialect: str) -> bytes:
     """Key-order-sensitive bytes of ``body`` with the rewritable places blanked out."""
     clone = copy.deepcopy(body)
-    for container, key, _ in named_places(clone, dialect):
+    for container, key in named_places(clone, dialect):
         container[key] = PLACEHOLDER
     return orjson.dumps(clone)
 
@@ -308,8 +325,8 @@ def masked(body: dict[str, Any], dialect: str) -> bytes:
 def parse_arguments(body: dict[str, Any], dialect: str) -> dict[str, Any]:
     """A copy of ``body`` whose arguments strings that parse are replaced by their values."""
     clone = copy.deepcopy(body)
-    for container, key, kind in named_places(clone, dialect):
-        if kind == "arguments" and _parses(container[key]):
+    for container, key in named_places(clone, dialect):
+        if _parses(container[key]):
             container[key] = orjson.loads(container[key])
     return clone
 
@@ -318,25 +335,23 @@ def json_equal(a: Any, b: Any) -> bool:
     return orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(b, option=orjson.OPT_SORT_KEYS)
 
 
-def is_sorted_tree(value: Any) -> bool:
-    return orjson.dumps(value) == orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-
-
-def reshuffle_named_places(data: st.DataObject, body: dict[str, Any], dialect: str) -> dict[str, Any]:
-    """A copy of ``body`` with key order changed inside tools, tool inputs and (valid) arguments."""
-    clone = copy.deepcopy(body)
+def reshuffled_outside_schemas(data: st.DataObject, body: dict[str, Any], dialect: str) -> dict[str, Any]:
+    """A copy of ``body`` with the key order of every object changed, except inside its schemas, and
+    its (valid, exactly parsed) arguments re-spaced and reordered."""
+    kept = {id(schema) for schema in schemas_in(body, dialect)}
 
     def reshuffle(value: Any) -> Any:
+        if id(value) in kept:
+            return copy.deepcopy(value)
         if isinstance(value, dict):
             return {k: reshuffle(v) for k, v in data.draw(st.permutations(list(value.items())))}
         if isinstance(value, list):
             return [reshuffle(v) for v in value]
         return value
 
-    for container, key, kind in named_places(clone, dialect):
-        if kind == "tree":
-            container[key] = reshuffle(container[key])
-        elif _parses(container[key]) and not _has_big_int(container[key]):
+    clone = reshuffle(body)
+    for container, key in named_places(clone, dialect):
+        if _parses(container[key]) and _round_trips(container[key]):
             spaced = data.draw(st.booleans())
             container[key] = json.dumps(
                 reshuffle(orjson.loads(container[key])), separators=(", ", ": ") if spaced else (",", ":")
@@ -344,11 +359,17 @@ def reshuffle_named_places(data: st.DataObject, body: dict[str, Any], dialect: s
     return clone
 
 
-def _has_big_int(text: str) -> bool:
-    return any(len(run) >= 20 for run in "".join(c if c in "0123456789" else " " for c in text).split())
+def _round_trips(text: str) -> bool:
+    """Whether orjson writes every value back as Python's json module does (same digits, exact
+    integers): then these generated strings, written by ``json.dumps``, are rewritten losslessly."""
+    python = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return orjson.dumps(orjson.loads(text), option=orjson.OPT_SORT_KEYS) == python.encode()
 
 
-# -- properties ----------------------------------------------------------------------------------
+def _exact(text: str) -> Any:
+    return json.loads(
+        text, parse_float=Decimal, object_pairs_hook=lambda pairs: sorted(pairs, key=lambda kv: kv[0])
+    )
 
 
 @SETTINGS
@@ -358,7 +379,7 @@ def test_idempotent(case: tuple[Dialect, dict[str, Any]], opts: CanonicalOptions
     first = canonicalize(body, dialect, opts)
     second = canonicalize(first.body, dialect, opts)
     assert second.changes == ()
-    assert dumps(second.body) == dumps(first.body)
+    assert dumps(second.body, dialect) == dumps(first.body, dialect)
     assert orjson.dumps(second.body) == orjson.dumps(first.body)
 
 
@@ -388,7 +409,8 @@ def _tool_sort_key(dialect: str) -> Any:
 @SETTINGS
 @given(dialect_bodies())
 def test_only_named_places_change(case: tuple[Dialect, dict[str, Any]]) -> None:
-    """Key order, prose, messages and blocks are untouched everywhere else (defaults: keep, no ws)."""
+    """Key order, prose, messages, blocks and schemas are untouched (defaults: keep, no ws); an
+    arguments string is left as it is, or rewritten to a value it holds exactly."""
     dialect, body = case
     result = canonicalize(body, dialect)
     out = result.body
@@ -397,27 +419,45 @@ def test_only_named_places_change(case: tuple[Dialect, dict[str, Any]]) -> None:
     places_in = named_places(body, dialect)
     places_out = named_places(out, dialect)
     assert len(places_in) == len(places_out)
-    for (c_in, key, kind), (c_out, _, _) in zip(places_in, places_out, strict=True):
+    for (c_in, key), (c_out, _) in zip(places_in, places_out, strict=True):
         before, after = c_in[key], c_out[key]
-        if kind == "tree":
-            assert is_sorted_tree(after)
-            assert json_equal(before, after)
-        elif not _parses(before) or _has_big_int(before):
-            assert after is before  # byte for byte, not even re-encoded
-        else:
+        if after is not before:
             assert after == orjson.dumps(orjson.loads(before), option=orjson.OPT_SORT_KEYS).decode()
+            assert _exact(after) == _exact(before)
+        if not _parses(before):
+            assert after is before  # byte for byte, not even re-encoded
     for change in result.changes:
-        assert change.kind in ("sorted_keys", "compacted_arguments")
+        assert change.kind == "compacted_arguments"
 
 
 @SETTINGS
 @given(dialect_bodies(), st.data())
-def test_key_order_in_named_places_does_not_matter(
+def test_key_order_outside_schemas_does_not_matter(
     case: tuple[Dialect, dict[str, Any]], data: st.DataObject
 ) -> None:
     dialect, body = case
-    other = reshuffle_named_places(data, body, dialect)
-    assert dumps(canonicalize(other, dialect).body) == dumps(canonicalize(body, dialect).body)
+    other = reshuffled_outside_schemas(data, body, dialect)
+    assert dumps(canonicalize(other, dialect).body, dialect) == dumps(
+        canonicalize(body, dialect).body, dialect
+    )
+
+
+@SETTINGS
+@given(dialect_bodies())
+def test_key_order_inside_a_schema_is_kept(case: tuple[Dialect, dict[str, Any]]) -> None:
+    dialect, body = case
+    raw = dumps(canonicalize(body, dialect).body, dialect)
+    for schema in schemas_in(body, dialect):
+        assert orjson.dumps(schema) in raw  # as the caller ordered it, keywords and properties
+    for schema in schemas_in(body, dialect):
+        if isinstance(schema, dict) and len(schema) > 1:
+            reordered = copy.deepcopy(body)
+            target = schemas_in(reordered, dialect)[schemas_in(body, dialect).index(schema)]
+            items = list(target.items())
+            target.clear()
+            target.update(reversed(items))
+            assert dumps(canonicalize(reordered, dialect).body, dialect) != raw
+            break
 
 
 @SETTINGS
@@ -429,7 +469,7 @@ def test_sorted_tools_ignore_permutation(data: st.DataObject, dialect: Dialect, 
     permuted["tools"] = data.draw(st.permutations(body["tools"]))
     opts = CanonicalOptions(tool_order="sort", normalize_whitespace=ws)
     result = canonicalize(body, dialect, opts)
-    assert dumps(canonicalize(permuted, dialect, opts).body) == dumps(result.body)
+    assert dumps(canonicalize(permuted, dialect, opts).body, dialect) == dumps(result.body, dialect)
     got = [_tool_sort_key(dialect)(t)[1] for t in result.body["tools"]]
     assert got == sorted(got)
     was_sorted = body["tools"] == sorted(body["tools"], key=_tool_sort_key(dialect))
@@ -452,11 +492,13 @@ def test_input_not_mutated(case: tuple[Dialect, dict[str, Any]], opts: Canonical
 def test_dumps_round_trips(case: tuple[Dialect, dict[str, Any]], opts: CanonicalOptions) -> None:
     dialect, body = case
     out = canonicalize(body, dialect, opts).body
-    raw = dumps(out)
+    raw = dumps(out, dialect)
     assert orjson.loads(raw) == out
     assert list(orjson.loads(raw)) == sorted(out)
-    # Nothing below the top level is reordered by dumps.
-    assert raw == orjson.dumps({k: out[k] for k in sorted(out)})
+    # Messages (and everything in them) are written with sorted keys; their lists keep their order.
+    for key in ("messages", "input"):
+        if isinstance(out.get(key), list):
+            assert orjson.dumps(out[key], option=orjson.OPT_SORT_KEYS) in raw
 
 
 @SETTINGS
@@ -544,6 +586,13 @@ def test_never_raises_on_arbitrary_json(
     assert repr(body) == repr(snapshot)  # not mutated (repr also sees key order and NaN)
     again = canonicalize(result.body, dialect, opts)
     assert again.changes == ()
+    try:
+        raw = dumps(result.body, dialect)
+    except (
+        TypeError
+    ):  # orjson.JSONEncodeError: an integer beyond 64 bits (the pipeline sends such a body as is)
+        return
+    assert isinstance(raw, bytes)
 
 
 def test_deeply_nested_input_does_not_raise() -> None:
@@ -553,17 +602,16 @@ def test_deeply_nested_input_does_not_raise() -> None:
             deep = {"z": deep, "a": 0}
         return deep
 
-    # Deeper than orjson's 255 levels: sorted by the pure-Python path.
-    deep = nest(300)
-    result = canonicalize({"tools": [{"name": "t", "input_schema": deep}]}, "anthropic_messages")
-    schema = result.body["tools"][0]["input_schema"]
-    assert schema == deep
-    assert list(schema) == ["a", "z"]
-    # Deeper than Python's recursion limit: left alone rather than raising.
-    deeper = nest(5000)
-    result = canonicalize({"tools": [{"name": "t", "input_schema": deeper}]}, "anthropic_messages")
-    assert result.body["tools"][0]["input_schema"] is deeper
-    assert result.changes == ()
+    # Deeper than orjson writes and than Python's recursion limit: canonicalize does not walk into
+    # schemas, so it leaves them alone; dumps refuses (a TypeError), and the pipeline then sends the
+    # body as the caller wrote it.
+    for depth in (300, 5000):
+        deep = nest(depth)
+        result = canonicalize({"tools": [{"name": "t", "input_schema": deep}]}, "anthropic_messages")
+        assert result.body["tools"][0]["input_schema"] is deep
+        assert result.changes == ()
+        with pytest.raises(TypeError):
+            dumps(result.body, "anthropic_messages")
 
 
 # -- examples ------------------------------------------------------------------------------------
@@ -601,22 +649,20 @@ def test_anthropic_example() -> None:
         ],
     }
     result = canonicalize(body, "anthropic_messages")
-    assert result.body["tools"][0]["input_schema"] == schema
-    assert list(result.body["tools"][0]["input_schema"]) == ["properties", "required", "type"]
-    assert list(result.body["tools"][0]["input_schema"]["properties"]["q"]) == ["description", "type"]
-    assert list(result.body["tools"][0]) == ["description", "input_schema", "name"]  # whole definitions
-    assert result.body["tools"][1] is body["tools"][1]  # already sorted: shared, not copied
-    assert orjson.dumps(result.body["messages"][1]["content"][1]["input"]) == b'{"a":{"b":3,"y":2},"z":1}'
-    assert result.body["messages"][0] is body["messages"][0]
-    assert result.body["messages"][2] is body["messages"][2]
+    assert result.body["tools"] is body["tools"]  # nothing to rewrite: shared, not copied
+    assert result.body["messages"] is body["messages"]
     assert result.body["system"] == "Be brief.  \r\n"  # prose untouched by default
-    assert result.changes == (
-        Change("/tools/0", "sorted_keys"),
-        Change("/messages/1/content/1/input", "sorted_keys"),
+    assert result.changes == ()
+    raw = dumps(result.body, "anthropic_messages")
+    # The schema keeps its order (keywords and properties); the tool around it and the tool input
+    # in the history are sorted; the top level too.
+    assert (
+        b'"input_schema":{"type":"object","properties":{"q":{"type":"string","description":"query"}}' in raw
     )
-    assert dumps(result.body).startswith(
-        b'{"max_tokens":10,"messages":[{"role":"user","content":"hi  \\r\\nthere"}'
-    )
+    assert b'{"description":"Search.  ","input_schema":' in raw
+    assert b'{"input_schema":{"properties":{},"type":"object"},"name":"calc"}' in raw
+    assert b'"input":{"a":{"b":3,"y":2},"z":1}' in raw
+    assert raw.startswith(b'{"max_tokens":10,"messages":[{"content":"hi  \\r\\nthere","role":"user"}')
 
     sorted_ws = canonicalize(
         body, "anthropic_count_tokens", CanonicalOptions("sort", normalize_whitespace=True)
@@ -629,11 +675,9 @@ def test_anthropic_example() -> None:
     assert sorted_ws.body["messages"][2] is body["messages"][2]  # tool results are data
     assert sorted_ws.changes == (
         Change("/tools", "reordered_tools"),
-        Change("/tools/1", "sorted_keys"),
         Change("/system", "normalized_whitespace"),
         Change("/messages/0/content", "normalized_whitespace"),
         Change("/messages/1/content/0/text", "normalized_whitespace"),
-        Change("/messages/1/content/1/input", "sorted_keys"),
     )
 
 
@@ -672,12 +716,14 @@ def test_openai_chat_example() -> None:
     assert calls[0]["function"]["arguments"] == '{"a":[1,2],"b":1}'
     assert calls[1] is body["messages"][1]["tool_calls"][1]  # invalid JSON: left alone
     assert calls[2] is body["messages"][1]["tool_calls"][2]  # already canonical
-    assert list(result.body["tools"][0]["function"]["parameters"]) == ["properties", "type"]
+    assert result.body["tools"] is body["tools"]
     assert result.body["response_format"] is body["response_format"]  # structured output order is meaningful
     assert result.body["messages"][0]["content"] == "sys"
     assert result.body["messages"][2]["content"] == "out  "  # tool output is data
+    raw = dumps(result.body, "openai_chat")
+    assert b'"parameters":{"type":"object","properties":{}}' in raw
+    assert b'"schema":{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"string"}}}' in raw
     assert result.changes == (
-        Change("/tools/0", "sorted_keys"),
         Change("/messages/0/content", "normalized_whitespace"),
         Change("/messages/1/tool_calls/0/function/arguments", "compacted_arguments"),
     )
@@ -716,8 +762,6 @@ def test_openai_responses_example() -> None:
     assert result.body["text"] is body["text"]
     assert result.changes == (
         Change("/tools", "reordered_tools"),
-        Change("/tools/0", "sorted_keys"),
-        Change("/tools/1", "sorted_keys"),
         Change("/instructions", "normalized_whitespace"),
         Change("/input/0/content", "normalized_whitespace"),
         Change("/input/1/content/0/text", "normalized_whitespace"),
@@ -740,14 +784,14 @@ def test_big_integers_in_arguments_are_left_alone() -> None:
 
 
 def test_big_integers_in_schemas_are_kept_exactly() -> None:
-    # A body from a non-orjson parser may hold integers orjson cannot dump; the slow path keeps them.
+    # A body from a non-orjson parser may hold integers orjson cannot write: canonicalize keeps them,
+    # and dumps refuses (the pipeline then sends the body as the caller wrote it).
     big = 2**70
     body = {"tools": [{"name": "t", "input_schema": {"type": "integer", "maximum": big}}]}
     result = canonicalize(body, "anthropic_messages")
-    schema = result.body["tools"][0]["input_schema"]
-    assert list(schema) == ["maximum", "type"]
-    assert schema["maximum"] == big
-    assert isinstance(schema["maximum"], int)
+    assert result.body["tools"] is body["tools"]
+    with pytest.raises(TypeError):
+        dumps(result.body, "anthropic_messages")
 
 
 def test_unexpected_types_are_left_alone() -> None:
@@ -778,7 +822,7 @@ def test_debug_log_lists_paths_not_text(caplog: pytest.LogCaptureFixture) -> Non
     secret = "my secret prompt  "
     body: dict[str, Any] = {
         "system": secret,
-        "tools": [{"name": "t", "input_schema": {"type": "object", "properties": {}}}],
+        "temperature": 1.0,
         "messages": [{"role": "user", "content": secret}],
     }
     with caplog.at_level(logging.DEBUG, logger="cachekit.canonical"):
@@ -786,7 +830,7 @@ def test_debug_log_lists_paths_not_text(caplog: pytest.LogCaptureFixture) -> Non
     records = [r for r in caplog.records if r.name == "cachekit.canonical"]
     assert len(records) == 1
     message = records[0].getMessage()
-    assert "sorted_keys /tools/0" in message
+    assert "normalized_number /temperature" in message
     assert "normalized_whitespace /messages/0/content" in message
     assert "secret" not in message
     caplog.clear()
@@ -795,9 +839,49 @@ def test_debug_log_lists_paths_not_text(caplog: pytest.LogCaptureFixture) -> Non
     assert not [r for r in caplog.records if r.name == "cachekit.canonical"]
 
 
-def test_dumps_sorts_only_the_top_level() -> None:
-    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "a": {"z": 1, "b": 2}}
-    assert dumps(body) == b'{"a":{"z":1,"b":2},"messages":[{"role":"user","content":"x"}],"model":"m"}'
+def test_dumps_sorts_known_fields_and_keeps_unknown_ones() -> None:
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "x"}],
+        "metadata": {"z": 1, "b": 2},
+        "guided_json": {"z": 1, "b": 2},  # not a Chat field: a compatible server's, kept as written
+    }
+    assert dumps(body, "openai_chat") == (
+        b'{"guided_json":{"z":1,"b":2},"messages":[{"content":"x","role":"user"}],'
+        b'"metadata":{"b":2,"z":1},"model":"m"}'
+    )
+    # An unknown dialect: nothing is known, so only the top level is sorted.
+    assert dumps(body, "unknown") == (  # type: ignore[arg-type]
+        b'{"guided_json":{"z":1,"b":2},"messages":[{"role":"user","content":"x"}],'
+        b'"metadata":{"z":1,"b":2},"model":"m"}'
+    )
+
+
+def test_integral_floats_in_number_parameters_become_integers() -> None:
+    body = {
+        "temperature": 1.0,
+        "top_p": 1,
+        "frequency_penalty": -2.0,
+        "presence_penalty": 0.5,
+        "max_tokens": 100.0,
+    }
+    result = canonicalize(body, "openai_chat")
+    assert result.body == {
+        "temperature": 1,
+        "top_p": 1,
+        "frequency_penalty": -2,
+        "presence_penalty": 0.5,
+        "max_tokens": 100.0,
+    }
+    assert type(result.body["temperature"]) is int
+    assert type(result.body["max_tokens"]) is float  # an integer parameter: as written
+    assert result.changes == (
+        Change("/temperature", "normalized_number"),
+        Change("/frequency_penalty", "normalized_number"),
+    )
+    # Not a number, a boolean, or a float too large to be an exact integer: as written.
+    for value in ("1.0", True, 1e300, float("inf")):
+        assert canonicalize({"temperature": value}, "openai_responses").body["temperature"] is value
 
 
 def test_sort_keeps_tools_that_carry_a_cache_marker_in_place() -> None:

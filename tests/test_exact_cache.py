@@ -66,12 +66,12 @@ def test_changed_request_goes_upstream(harness: Harness, provider: str, method: 
 
 
 def test_tool_key_order_does_not_change_the_key(harness: Harness) -> None:
+    """Around its schema (whose order is meaning: tests/test_order_is_meaning.py)."""
     sdk = harness.sdk("anthropic")
     body = anthropic_messages()
     sdk.call("messages.create", **body)
     reordered = copy.deepcopy(body)
-    schema = reordered["tools"][0]["input_schema"]
-    reordered["tools"][0]["input_schema"] = dict(reversed(list(schema.items())))
+    reordered["tools"][0] = dict(reversed(list(reordered["tools"][0].items())))
     tool_use = reordered["messages"][1]["content"][1]
     tool_use["input"] = dict(reversed(list(tool_use["input"].items())))
     hit = sdk.call("messages.with_raw_response.create", **reordered)
@@ -86,7 +86,9 @@ def test_canonical_body_is_what_goes_upstream(harness: Harness) -> None:
     sdk.call("chat.completions.create", **body)
     sent = orjson.loads(harness.upstream.requests[-1].body)
     assert sent["messages"][2]["tool_calls"][0]["function"]["arguments"] == '{"city":"Paris","days":3}'
-    assert list(sent["tools"][0]["function"]["parameters"]) == sorted(
+    assert list(sent["tools"][0]["function"]) == sorted(body["tools"][0]["function"])
+    # A schema keeps the caller's order: the model generates in it.
+    assert list(sent["tools"][0]["function"]["parameters"]) == list(
         body["tools"][0]["function"]["parameters"]
     )
     # Messages and prose are untouched.

@@ -115,15 +115,19 @@ def _shuffled(value: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
 
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
-def test_key_order_in_tools_and_tool_inputs_never_changes_the_key(data: st.DataObject) -> None:
+def test_key_order_around_schemas_and_in_tool_inputs_never_changes_the_key(data: st.DataObject) -> None:
+    """Tool definitions around their schemas, tool inputs and arguments: order the API ignores. (The
+    schemas themselves keep their order, in the key too: tests/test_order_is_meaning.py.)"""
     body = anthropic_messages()
     url = ENDPOINTS["anthropic"][0]
     expected = key_of(request(url, body))
     shuffled = copy.deepcopy(body)
-    for tool in shuffled["tools"]:
-        tool["input_schema"] = _shuffled(tool["input_schema"], data)
+    shuffled["tools"] = [
+        {k: tool[k] for k in data.draw(st.permutations(list(tool)))} for tool in shuffled["tools"]
+    ]
     block = shuffled["messages"][1]["content"][1]
     block["input"] = _shuffled(block["input"], data)
+    shuffled["messages"][1] = _shuffled(shuffled["messages"][1], data)
     assert key_of(request(url, shuffled)) == expected
 
     chat = openai_chat()
@@ -134,7 +138,9 @@ def test_key_order_in_tools_and_tool_inputs_never_changes_the_key(data: st.DataO
         _shuffled(args, data)
     ).decode()
     for tool in chat["tools"]:
-        tool["function"]["parameters"] = _shuffled(tool["function"]["parameters"], data)
+        tool["function"] = {
+            k: tool["function"][k] for k in data.draw(st.permutations(list(tool["function"])))
+        }
     assert key_of(request(chat_url, chat)) == chat_expected
 
 

@@ -29,7 +29,13 @@ _OPENAI_DIALECTS: frozenset[Dialect] = frozenset({"openai_chat", "openai_respons
 
 # Headers whose value changes what the provider answers. The SDKs' volatile headers (x-stainless-*,
 # idempotency keys, user-agent, retry counts) are deliberately absent: they never reach the key.
-_ANTHROPIC_KEY_HEADERS = ("anthropic-version", "anthropic-beta")
+# The workspace and user profile (SDK parameters sent as headers) select whose settings apply.
+_ANTHROPIC_KEY_HEADERS = (
+    "anthropic-version",
+    "anthropic-beta",
+    "anthropic-workspace-id",
+    "anthropic-user-profile-id",
+)
 _OPENAI_KEY_HEADERS = ("openai-organization", "openai-project", "openai-beta")
 
 # Headers that carry a credential; their value is HMAC'd into the partition and never stored.

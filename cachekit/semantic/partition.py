@@ -84,7 +84,7 @@ def split_request(
     for field in (_PARTITION_DOMAIN, *(s.encode() for s in scope), dialect.encode()):
         digest.update(len(field).to_bytes(8, "big"))
         digest.update(field)
-    digest.update(canonical.dumps(canonical.canonicalize(kept, dialect, options).body))
+    digest.update(canonical.dumps(canonical.canonicalize(kept, dialect, options).body, dialect))
     return SemanticRequest("sem1:" + digest.hexdigest(), question)
 
 
