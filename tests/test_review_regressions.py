@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 from typing import Any
 
 import httpx2
@@ -78,16 +77,25 @@ def test_a_stream_dropped_unread_does_not_hold_its_flight() -> None:
     stream = client.chat.completions.create(**openai_chat(), stream=True)
     del stream
     gc.collect()
-    start = time.perf_counter()
     client.chat.completions.create(**openai_chat())
-    assert time.perf_counter() - start < 2  # did not wait for the lost leader
+    assert cachekit.cache_of(client).stats.coalesced == 0  # did not wait for the lost leader
     assert upstream.calls == 2
 
 
 def test_a_leader_cancelled_while_looking_up_lands_its_flight() -> None:
-    class SlowStore(MemoryStore):
+    class HeldStore(MemoryStore):
+        """Holds the second lookup (the leader's look again after joining its flight) until cancelled."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.lookups = 0
+            self.holding = asyncio.Event()
+
         async def aget(self, key: str) -> bytes | None:
-            await asyncio.sleep(0.05)
+            self.lookups += 1
+            if self.lookups == 2:
+                self.holding.set()
+                await asyncio.Future()  # never resolves: only the cancellation ends it
             return self.get(key)
 
         async def aset(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
@@ -101,22 +109,26 @@ def test_a_leader_cancelled_while_looking_up_lands_its_flight() -> None:
 
     upstream = FakeUpstream()
 
-    async def main() -> float:
-        transport = cachekit.AsyncCachingTransport(
-            upstream, cache=cachekit.CacheConfig(store=SlowStore(), ledger=False, coalesce_timeout=5)
-        )
+    async def main() -> cachekit.Cache:
+        store = HeldStore()
+        cache = cachekit.Cache(cachekit.CacheConfig(store=store, ledger=False, coalesce_timeout=5))
+        transport = cachekit.AsyncCachingTransport(upstream, cache=cache)
         async with httpx2.AsyncClient(transport=transport) as client:
 
             def post() -> Any:
                 return client.post("https://api.openai.com/v1/chat/completions", json=openai_chat())
 
-            with pytest.raises(asyncio.TimeoutError):
-                await asyncio.wait_for(post(), 0.08)  # cancelled during its second lookup
-            start = time.perf_counter()
+            leader = asyncio.ensure_future(post())
+            await store.holding.wait()
+            leader.cancel()  # during its second lookup
+            with pytest.raises(asyncio.CancelledError):
+                await leader
             await post()
-            return time.perf_counter() - start
+        return cache
 
-    assert asyncio.run(main()) < 2
+    cache = asyncio.run(main())
+    assert cache.stats.coalesced == 0  # the next request did not wait for the cancelled leader
+    assert upstream.calls == 1
 
 
 def test_the_same_bytes_on_another_endpoint_are_understood_afresh() -> None:
