@@ -16,6 +16,14 @@ import cachekit
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 
+# torch's OpenMP threads spin while they wait for each other. On a 2-core machine that also runs this
+# process's Redis servers and subprocesses (or other jobs), a spinning thread starves the one it waits
+# for: the SmolLM2 tests ran ten times slower (7 min instead of 40 s for four parity cases). Waiting
+# threads sleep instead; both cores are still used when they are free. Set before anything imports
+# torch (test modules do, after this file; cachekit does not), and only as a default: an explicit
+# setting wins. Subprocesses (the demo, examples) inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 class RecordingStore(MemoryStore):
     """A memory store that also remembers every value written, so tests can inspect what was stored."""
