@@ -260,23 +260,26 @@ class Health:
         return {"ok": self.ok, "latency_ms": round(self.latency_ms, 3), "error": self.error}
 
 
-def health(store: Store, *, budget_ms: float = 250.0) -> Health:
+def health(
+    store: Store, *, budget_ms: float = 250.0, clock: Callable[[], float] = time.perf_counter
+) -> Health:
     """Probe ``store`` the way a request uses it: write, read back and delete a probe entry.
 
     ``ok`` is false when any step fails, the value read back differs, or the round trip takes longer
     than ``budget_ms``. Suitable for a readiness probe: it never raises for a store failure.
+    ``clock`` (seconds, monotonic) times the round trip; tests pass a fake one.
     """
     key = f"ckhealth:{os.getpid()}:{time.monotonic_ns()}"
     value = os.urandom(16)
-    start = time.perf_counter()
+    start = clock()
     try:
         store.set(key, value, ttl=30.0)
         read = store.get(key)
         store.delete(key)
     except StoreError as exc:
-        elapsed = (time.perf_counter() - start) * 1000
+        elapsed = (clock() - start) * 1000
         return Health(False, elapsed, f"{type(exc).__name__}: {exc}")
-    elapsed = (time.perf_counter() - start) * 1000
+    elapsed = (clock() - start) * 1000
     if read != value:
         return Health(False, elapsed, "the probe entry did not read back")
     if elapsed > budget_ms:

@@ -12,8 +12,9 @@ moves them by up to 1.2e-4 (measured over 40 random prompts); in float32 their b
 1e-5 of the largest logit (~4e-4), still 3x the worst measured, and in float64 (where rounding is
 negligible) the same cases meet 1e-4 absolute.
 
-Models are built once into cachekit's model cache (``$CACHEKIT_HOME`` or ``~/.cache/cachekit``); tests
-with SmolLM2 are marked slow (the first run converts its GGUF, about half a minute).
+Models are built once into cachekit's model cache (``$CACHEKIT_MODEL_CACHE``, which the suite points at
+the user's own cache, so later runs reuse them); tests with SmolLM2 are marked slow (the first run
+converts its GGUF, about half a minute).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from hypothesis import strategies as st
 from cachekit.local.engine import Engine, Prompt, ToolCall, ToolSpec, Turn
 from cachekit.local.kv.hashing import block_hashes
 from cachekit.local.kv.tensors import KVCodec
-from cachekit.local.models import models_dir, resolve_model, smollm2_gguf
+from cachekit.local.models import MODEL_CACHE_ENV, models_dir, resolve_model, smollm2_gguf
 from cachekit.local.transformers_engine import (
     IncrementalDecoder,
     StopMatcher,
@@ -686,7 +687,7 @@ def test_two_processes_building_a_model_at_once_both_get_it(tmp_path: Path) -> N
     script = (
         "from cachekit.local.models import resolve_model; print(resolve_model('tiny', progress=False).path)"
     )
-    env = {**os.environ, "CACHEKIT_HOME": str(tmp_path)}
+    env = {**os.environ, MODEL_CACHE_ENV: str(tmp_path / "models")}  # not the shared cache: a fresh build
     runs = [
         subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
         for _ in range(2)

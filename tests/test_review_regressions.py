@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 from typing import Any
 
 import httpx2
 import pytest
 
 import cachekit
+from cachekit.flights import Flight
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.requests import anthropic_messages, openai_chat
@@ -68,7 +68,18 @@ def test_a_copy_with_a_new_http_client_keeps_the_cache() -> None:
     )
 
 
-def test_a_stream_dropped_unread_does_not_hold_its_flight() -> None:
+def test_a_stream_dropped_unread_does_not_hold_its_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The dropped stream's flight lands from its finalizer, on a worker thread: the next request may
+    # find it still up for a moment and wait for it. What matters is that the wait ends because the
+    # flight landed, not because the wait gave up (coalesce_timeout): each wait's outcome is recorded.
+    landed: list[bool] = []
+    wait = Flight.wait
+
+    def recording_wait(flight: Flight, timeout: float) -> bool:
+        landed.append(wait(flight, timeout))
+        return landed[-1]
+
+    monkeypatch.setattr(Flight, "wait", recording_wait)
     upstream = FakeUpstream()
     client = cachekit.OpenAI(
         api_key="k",
@@ -78,16 +89,25 @@ def test_a_stream_dropped_unread_does_not_hold_its_flight() -> None:
     stream = client.chat.completions.create(**openai_chat(), stream=True)
     del stream
     gc.collect()
-    start = time.perf_counter()
     client.chat.completions.create(**openai_chat())
-    assert time.perf_counter() - start < 2  # did not wait for the lost leader
+    assert False not in landed  # did not wait for the lost leader until it gave up
     assert upstream.calls == 2
 
 
 def test_a_leader_cancelled_while_looking_up_lands_its_flight() -> None:
-    class SlowStore(MemoryStore):
+    class HeldStore(MemoryStore):
+        """Holds the second lookup (the leader's look again after joining its flight) until cancelled."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.lookups = 0
+            self.holding = asyncio.Event()
+
         async def aget(self, key: str) -> bytes | None:
-            await asyncio.sleep(0.05)
+            self.lookups += 1
+            if self.lookups == 2:
+                self.holding.set()
+                await asyncio.Future()  # never resolves: only the cancellation ends it
             return self.get(key)
 
         async def aset(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
@@ -101,22 +121,26 @@ def test_a_leader_cancelled_while_looking_up_lands_its_flight() -> None:
 
     upstream = FakeUpstream()
 
-    async def main() -> float:
-        transport = cachekit.AsyncCachingTransport(
-            upstream, cache=cachekit.CacheConfig(store=SlowStore(), ledger=False, coalesce_timeout=5)
-        )
+    async def main() -> cachekit.Cache:
+        store = HeldStore()
+        cache = cachekit.Cache(cachekit.CacheConfig(store=store, ledger=False, coalesce_timeout=5))
+        transport = cachekit.AsyncCachingTransport(upstream, cache=cache)
         async with httpx2.AsyncClient(transport=transport) as client:
 
             def post() -> Any:
                 return client.post("https://api.openai.com/v1/chat/completions", json=openai_chat())
 
-            with pytest.raises(asyncio.TimeoutError):
-                await asyncio.wait_for(post(), 0.08)  # cancelled during its second lookup
-            start = time.perf_counter()
+            leader = asyncio.ensure_future(post())
+            await store.holding.wait()
+            leader.cancel()  # during its second lookup
+            with pytest.raises(asyncio.CancelledError):
+                await leader
             await post()
-            return time.perf_counter() - start
+        return cache
 
-    assert asyncio.run(main()) < 2
+    cache = asyncio.run(main())
+    assert cache.stats.coalesced == 0  # the next request did not wait for the cancelled leader
+    assert upstream.calls == 1
 
 
 def test_the_same_bytes_on_another_endpoint_are_understood_afresh() -> None:

