@@ -53,3 +53,25 @@ def test_a_new_run_with_a_fresh_home_builds_nothing(tmp_path: Path) -> None:
     assert Path(run.stdout.strip()) == built.path
     assert marker.stat().st_mtime_ns == stamp  # not rebuilt
     assert not (tmp_path / "next-run" / "models").exists()
+
+
+def test_a_build_clears_what_an_interrupted_build_left(tmp_path: Path) -> None:
+    """A shared cache outlives any run: the temporary folder of a build killed outright is removed by
+    the next build of that model (never a folder of another model)."""
+    from cachekit.local.models import _build_once
+
+    target = tmp_path / "models" / "some-model-0123"
+    leftover = tmp_path / "models" / "some-model-0123.tmp-x1y2"
+    other = tmp_path / "models" / "other-model-4567.tmp-x1y2"
+    for folder in (leftover, other):
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"half")
+
+    def build(tmp: Path) -> dict[str, str]:
+        (tmp / "config.json").write_text("{}")
+        return {"name": "some-model", "revision": "0123"}
+
+    assert _build_once(target, build)["revision"] == "0123"
+    assert (target / "config.json").is_file()
+    assert not leftover.exists()
+    assert other.exists()

@@ -210,6 +210,11 @@ def _build_once(target: Path, build: Callable[[Path], Mapping[str, Any]]) -> Map
         if target.exists():  # a folder without its marker: not ours to trust, rebuild it
             _log.warning("rebuilding %s: it has no %s", target, _MARKER)
             shutil.rmtree(target)
+        # A build killed outright (SIGKILL, power loss) leaves its temporary folder behind; the cache
+        # outlives any one run, so clear them here, under the lock no live build of target is without.
+        for leftover in target.parent.glob(target.name + ".tmp-*"):
+            _log.info("removing %s, left by an interrupted build", leftover)
+            shutil.rmtree(leftover, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
         try:
             meta = dict(build(tmp))
