@@ -73,6 +73,6 @@ def test_cli_demo_runs_offline() -> None:
     out = io.StringIO()
     assert main(["demo", "--engine", "scripted", "--no-chart"], out=out) == 0
     text = out.getvalue()
-    rows = re.findall(r"^(?:agent turn|question) \d+ .*?\s(miss|hit|semantic)\s", text, re.MULTILINE)
+    rows = re.findall(r"^\s*(?:turn \d+|q\d+)\s.*?\s(miss|hit|semantic)\s", text, re.MULTILINE)
     assert rows == ["miss"] * 5 + ["miss", "hit", "semantic", "miss", "miss", "miss"], text
     assert "saved by layer" in text

@@ -435,8 +435,10 @@ class SignallingIndex(MemoryVectorIndex):
         super().__init__()
         self.added = threading.Event()
 
-    def add(self, partition: str, entry_key: str, vector: Any, text: str, *, ttl: float | None) -> None:
-        super().add(partition, entry_key, vector, text, ttl=ttl)
+    def add(
+        self, partition: str, entry_key: str, vector: Any, text: str, *, ttl: float | None, mac: str = ""
+    ) -> None:
+        super().add(partition, entry_key, vector, text, ttl=ttl, mac=mac)
         self.added.set()
 
 
