@@ -180,8 +180,9 @@ class Wait:
     timeout: float
 
 
-def _unwatched(idle: bool) -> None:
-    """The ``idle`` of a stream that no flight follows."""
+def _ignore(*_: object) -> None:
+    """A :class:`Tee` callback with nothing to do: a stream that no flight follows (``idle``,
+    ``release``) or whose store write never happens (``stored``, a bypassed stream)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +201,7 @@ class Tee:
     on_end: Callable[[bytes | None], Save | None]
     release: Callable[[], None]
     stored: Callable[[Exception | None], None]
-    idle: Callable[[bool], None] = _unwatched
+    idle: Callable[[bool], None] = _ignore
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,18 +509,10 @@ def _is_event_stream(content_type: str | None) -> bool:
     return _media_type(content_type) == "text/event-stream"
 
 
-def _nothing() -> None:
-    """A release for a stream that no flight waits on."""
-
-
 def _settle(flight: Flight | None, retry: bool, retry_after: float | None = None) -> None:
     """Record a leader's outcome on its flight (see :meth:`Flight.settle`), if it leads one."""
     if flight is not None:
         flight.settle(retry=retry, retry_after=retry_after)
-
-
-def _ignored(exc: Exception | None) -> None:
-    """The outcome of a store write that never happens (a bypassed stream)."""
 
 
 def _kept_headers(response: Response) -> tuple[tuple[str, str], ...]:
@@ -999,8 +992,8 @@ class Pipeline:
                 response,
                 sse.StreamRecorder(route.dialect),
                 on_end=account,
-                release=_nothing,
-                stored=_ignored,
+                release=_ignore,
+                stored=_ignore,
             )
         elif _is_json(content_type):
             yield Read(response)
@@ -1131,9 +1124,9 @@ class Pipeline:
                     response,
                     sse.StreamRecorder(route.dialect),
                     on_end=lambda raw: self._stream_entry(call, status, kept, raw, applied, flight=flight),
-                    release=(lambda: self._flights.land(key, flight)) if flight is not None else _nothing,
+                    release=(lambda: self._flights.land(key, flight)) if flight is not None else _ignore,
                     stored=lambda exc: self._stream_stored(exc, call, semantic),
-                    idle=flight.idle if flight is not None else _unwatched,
+                    idle=flight.idle if flight is not None else _ignore,
                 )
                 handed_off = True
                 if flight is not None:
