@@ -318,25 +318,18 @@ def _ok(request: httpx2.Request) -> httpx2.Response:
 
 def test_threads_learn_and_replay_one_memo(transforms: dict[str, int]) -> None:
     import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     upstream = FakeUpstream()
     client = cachekit.OpenAI(api_key="sk", http_client=httpx2.Client(transport=upstream), cache=MemoryStore())
     start = threading.Barrier(8)
-    answers: list[dict[str, Any]] = []
-    lock = threading.Lock()
 
-    def work() -> None:
+    def work(_: int) -> list[dict[str, Any]]:
         start.wait()
-        for _ in range(5):
-            answer = client.chat.completions.create(**openai_chat()).model_dump()
-            with lock:
-                answers.append(answer)
+        return [client.chat.completions.create(**openai_chat()).model_dump() for _ in range(5)]
 
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with ThreadPoolExecutor(8) as pool:
+        answers = [answer for batch in pool.map(work, range(8)) for answer in batch]
     assert len(answers) == 40
     assert all(answer == answers[0] for answer in answers)
     assert upstream.calls == 1  # single-flight: one upstream call
