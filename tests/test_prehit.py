@@ -10,6 +10,7 @@ sync and async, over the in-process upstream.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import enum
 import warnings
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ import openai.resources.responses.responses as responses_module
 import pytest
 
 import cachekit
+from cachekit.cost import Ledger, MemorySink
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.conftest import SDK, Harness
@@ -55,8 +57,9 @@ def transforms(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return counts
 
 
-def shared_cache(store: Any = None) -> cachekit.Cache:
-    return cachekit.Cache(cachekit.CacheConfig(store=store if store is not None else MemoryStore()))
+def shared_cache(sink: MemorySink | None = None) -> cachekit.Cache:
+    ledger = Ledger([sink]) if sink is not None else False
+    return cachekit.Cache(cachekit.CacheConfig(store=MemoryStore(), ledger=ledger))
 
 
 def wrapped(harness: Harness, cache: cachekit.Cache) -> SDK:
@@ -102,7 +105,8 @@ def test_the_responses_api_repeat_skips_it_too(harness: Harness, transforms: dic
 
 
 def test_a_memo_hit_is_the_normal_hit(harness: Harness, transforms: dict[str, int]) -> None:
-    cache = shared_cache()
+    sink = MemorySink()
+    cache = shared_cache(sink)
     dropin, plain = harness.sdk("openai", cache=cache), wrapped(harness, cache)
     dropin.call(CHAT, **openai_chat())  # miss: learns
     typed, normal = dropin.call(CHAT, **openai_chat()), plain.call(CHAT, **openai_chat())
@@ -124,6 +128,9 @@ def test_a_memo_hit_is_the_normal_hit(harness: Harness, transforms: dict[str, in
     assert raw.parse().model_dump() == normal_raw.parse().model_dump()
     assert harness.upstream.calls == 1
     assert cache.stats.hits == 5  # two typed hits, three raw ones
+    records = [dataclasses.replace(r, time=0.0) for r in sink.read()]
+    assert [r.outcome for r in records] == ["miss"] + ["exact_hit"] * 5
+    assert all(r == records[1] for r in records[1:])  # the memo's hits cost what the others do
 
 
 def test_streams_and_streaming_responses_replay_like_the_normal_path(
