@@ -8,7 +8,9 @@ through the real ``anthropic`` SDK to an instant in-process upstream
 (:class:`cachekit.testing.FakeUpstream`), interleaving the variants round by round so machine noise
 hits them alike. Prints medians, p90s and the ratios.
 
-    python benchmarks/overhead.py [--rounds 400] [--traces PATH]
+``--sdk-hits`` measures only the hit paths of both SDKs instead (``sdk_hits`` below).
+
+    python benchmarks/overhead.py [--rounds 400] [--traces PATH] [--sdk-hits]
 """
 
 from __future__ import annotations
@@ -63,7 +65,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
+    parser.add_argument("--sdk-hits", action="store_true", help="only the hit paths of both SDKs")
     args = parser.parse_args()
+    if args.sdk_hits:
+        sdk_hits(args.traces, args.rounds)
+        return
 
     body = agent_request(args.traces)
     size = len(orjson.dumps(body))
@@ -141,6 +147,103 @@ def streams(body: dict[str, Any], rounds: int) -> None:
         print(f"{name:<14}{ttfb:>16.3f}{total:>17.3f}")
     for sdk in (raw, cached):
         sdk.close()
+
+
+def openai_request(body: dict[str, Any]) -> dict[str, Any]:
+    """The same conversation as an OpenAI Chat Completions request (tool calls and results too)."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": body["system"]}]
+    for message in body["messages"]:
+        content = message["content"]
+        if isinstance(content, str):
+            messages.append({"role": message["role"], "content": content})
+            continue
+        text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+        calls = [b for b in content if b.get("type") == "tool_use"]
+        if calls:
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": text or None,
+                    "tool_calls": [
+                        {
+                            "id": c["id"],
+                            "type": "function",
+                            "function": {"name": c["name"], "arguments": orjson.dumps(c["input"]).decode()},
+                        }
+                        for c in calls
+                    ],
+                }
+            )
+        for result in (b for b in content if b.get("type") == "tool_result"):
+            output = result.get("content")
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": result["tool_use_id"],
+                    "content": output if isinstance(output, str) else orjson.dumps(output).decode(),
+                }
+            )
+        if text and not calls:
+            messages.append({"role": message["role"], "content": text})
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": t["name"], "description": t["description"], "parameters": t["input_schema"]},
+        }
+        for t in body["tools"]
+    ]
+    return {"model": "gpt-4.1", "max_completion_tokens": 1024, "messages": messages, "tools": tools}
+
+
+def sdk_hits(traces: Path, rounds: int) -> None:
+    """The hit path of each SDK as a ratio to its raw call, on the 60-message request and on a
+    one-message one: a plain client wrapped with ``cachekit.wrap`` (the SDK does all its own work on
+    every call) against the drop-in client (a repeat skips the SDK's argument transformation)."""
+    import openai
+
+    long = agent_request(traces)
+    first = next(m for m in long["messages"] if isinstance(m["content"], str))
+    short = {"model": long["model"], "max_tokens": 1024, "messages": [first]}
+    cases = {
+        ("anthropic", "60 messages"): long,
+        ("anthropic", "1 message"): short,
+        ("openai", "60 messages"): openai_request(long),
+        ("openai", "1 message"): {"model": "gpt-4.1", "max_completion_tokens": 1024, "messages": [first]},
+    }
+    sdks = {"anthropic": (Anthropic, cachekit.Anthropic), "openai": (openai.OpenAI, cachekit.OpenAI)}
+    print(f"hit paths ({rounds} rounds, memory store; ratios to the raw SDK call)")
+    print(f"{'sdk':<11}{'request':<13}{'raw ms':>9}{'wrap() hit':>12}{'drop-in hit':>13}")
+    for (name, size), body in cases.items():
+        plain_cls, dropin_cls = sdks[name]
+
+        def make(cls: Any, cache: Any = None) -> Any:
+            kwargs = {
+                "api_key": "sk-bench",
+                "http_client": httpx2.Client(transport=FakeUpstream()),
+                "max_retries": 0,
+            }
+            return cls(**kwargs) if cache is None else cls(**kwargs, cache=cache)
+
+        raw = make(plain_cls)
+        wrapped = cachekit.wrap(make(plain_cls), MemoryStore(max_bytes=1 << 30))
+        dropin = make(dropin_cls, MemoryStore(max_bytes=1 << 30))
+        create = (
+            (lambda c: c.messages.create) if name == "anthropic" else (lambda c: c.chat.completions.create)
+        )
+        for sdk in (raw, wrapped, dropin):
+            for _ in range(10):
+                create(sdk)(**body)
+        samples: dict[str, list[float]] = {"raw": [], "wrap": [], "dropin": []}
+        for _ in range(rounds):
+            for label, sdk in (("raw", raw), ("wrap", wrapped), ("dropin", dropin)):
+                samples[label].append(timed(lambda s=sdk, f=create, b=body: f(s)(**b)))
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        print(
+            f"{name:<11}{size:<13}{med['raw']:>9.3f}{med['wrap'] / med['raw']:>11.2f}x"
+            f"{med['dropin'] / med['raw']:>12.2f}x"
+        )
+        for sdk in (raw, wrapped, dropin):
+            sdk.close()
 
 
 if __name__ == "__main__":

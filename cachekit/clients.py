@@ -4,11 +4,13 @@
 first use, so importing cachekit never imports an SDK): the SDK builds its own HTTP client exactly as it
 always does (limits, keep-alive, proxies from the environment), then cachekit wraps that client's
 transports. ``copy()`` and ``with_options()`` hand the same HTTP client to the new SDK object, so
-caching carries over.
+caching carries over. A repeated call skips the SDK's own argument transformation where that is a
+pure function of the arguments (:mod:`cachekit.request_memo`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
 from contextvars import ContextVar
@@ -17,6 +19,7 @@ from typing import Any, TypeVar
 from cachekit._http import library_of
 from cachekit.cache import Cache, CacheLike, as_cache
 from cachekit.errors import ConfigError, MissingExtraError
+from cachekit.request_memo import MEMOIZED_METHODS, RequestMemo, memoize_resources, record_post
 from cachekit.transport import AsyncCachingTransport, CachingTransport
 
 __all__ = ["DROP_IN_CLIENTS", "cache_of", "drop_in_class", "install", "wrap"]
@@ -32,7 +35,8 @@ DROP_IN_CLIENTS: dict[str, tuple[str, str, str]] = {
 }
 
 _built: dict[str, type[Any]] = {}
-_copying: ContextVar[Cache | None] = ContextVar("cachekit_copying", default=None)
+#: What a copy() hands to the client it builds: the cache and the request memo.
+_copying: ContextVar[tuple[Cache, RequestMemo] | None] = ContextVar("cachekit_copying", default=None)
 _built_lock = threading.Lock()
 
 
@@ -102,6 +106,17 @@ def cache_of(client: Any) -> Cache:
     return transport.cache
 
 
+def _memoizing_resource(sdk_class: type[Any], module: str, attribute: str) -> functools.cached_property[Any]:
+    """The SDK's ``client.<attribute>`` resource, with the memoized methods under it wrapped."""
+    sdk_property = getattr(sdk_class, attribute)
+
+    def resource(self: Any) -> Any:
+        return memoize_resources(self, self._cachekit_memo, module, attribute, sdk_property.func(self))
+
+    resource.__doc__ = sdk_property.__doc__
+    return functools.cached_property(resource)  # type() names it when it builds the class
+
+
 def drop_in_class(name: str) -> type[Any]:
     """Build (once) the cachekit subclass of an SDK client class, e.g. ``drop_in_class("Anthropic")``."""
     with _built_lock:
@@ -116,13 +131,16 @@ def drop_in_class(name: str) -> type[Any]:
         def __init__(self: Any, *args: Any, cache: CacheLike = None, **kwargs: Any) -> None:
             sdk_class.__init__(self, *args, **kwargs)
             inherited = _copying.get()
-            self._cachekit_cache = install(self._client, inherited if cache is None else cache)
+            self._cachekit_memo = RequestMemo() if inherited is None else inherited[1]
+            if cache is None and inherited is not None:
+                cache = inherited[0]
+            self._cachekit_cache = install(self._client, cache)
 
         def copy(self: Any, *args: Any, **kwargs: Any) -> Any:
             """The SDK's ``copy()`` / ``with_options()``, keeping this client's cache."""
             # The SDK's copy() builds a new client through __init__, which cannot see this one's
             # cache; hand it over, so a copy with a new http_client still uses the same cache.
-            token = _copying.set(self._cachekit_cache)
+            token = _copying.set((self._cachekit_cache, self._cachekit_memo))
             try:
                 return sdk_class.copy(self, *args, **kwargs)
             finally:
@@ -133,13 +151,22 @@ def drop_in_class(name: str) -> type[Any]:
             "``cache=`` (a Cache, a CacheConfig, a store object or a store URL; by default "
             "``$CACHEKIT_CACHE_URL`` or SQLite under ``$CACHEKIT_HOME``)."
         )
-        namespace = {
+
+        def post(self: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+            """The SDK's ``post()``; a memoized method's first call is recorded on its way through."""
+            record_post(self, path, args, kwargs)
+            return sdk_class.post(self, path, *args, **kwargs)
+
+        namespace: dict[str, Any] = {
             "__init__": __init__,
             "copy": copy,
             "with_options": copy,  # the SDKs alias with_options = copy on their own class
+            "post": post,
             "__module__": "cachekit",
             "__doc__": doc,
         }
+        for path in MEMOIZED_METHODS[module_name]:
+            namespace[path[0]] = _memoizing_resource(sdk_class, module_name, path[0])
         built = type(name, (sdk_class,), namespace)
         _built[name] = built
         return built
