@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TOKEN_FIELDS", "UsageRecord", "normalize", "usage_of_body"]
+__all__ = ["TOKEN_FIELDS", "UsageRecord", "normalize", "price_context_of_body", "usage_of_body"]
 
 #: The billable token counts of a :class:`UsageRecord`, in a fixed order (storage, reports).
 TOKEN_FIELDS: tuple[str, ...] = ("uncached_input", "cache_write_5m", "cache_write_1h", "cache_read", "output")
@@ -223,7 +223,9 @@ def _writes(
     """Split ``total`` writes into the (standard, long) tiers using the ``split`` object when present."""
     if total is None:
         return None, None
-    if not r.has(*split):
+    if not (r.has(*split, short) or r.has(*split, long)):
+        # Absent, or a split by modality (text/image/audio tokens) rather than by retention: every
+        # write is at the standard tier, and the modality split is no reason to distrust the total.
         return total, 0
     long_count = r.count(*split, long)
     short_count = r.count(*split, short)
@@ -266,7 +268,14 @@ def _openai_chat(r: _Reader, provider: str) -> UsageRecord:
     w5: int | None
     w1: int | None
     if r.has(*details, "cache_write_tokens"):
-        w5, w1 = r.count(*details, "cache_write_tokens"), 0
+        # OpenAI (GPT-5.6+) and Kimi report writes here; a details object may split them.
+        w5, w1 = _writes(
+            r,
+            r.count(*details, "cache_write_tokens"),
+            (*details, "cache_write_tokens_details"),
+            "ttl_30m_tokens",
+            "ttl_12h_tokens",
+        )
     elif r.has(*details, "cache_creation_input_tokens") or r.has(*details, "cache_creation"):
         total = r.count(*details, "cache_creation_input_tokens", default=None)
         w5, w1 = _bailian_split(r, details, total)
@@ -356,3 +365,40 @@ def usage_of_body(provider: str, dialect: str, body: Mapping[str, Any]) -> Usage
     if usage is None:
         return UsageRecord.unknown(f"{provider}: no usage object in the response body")
     return normalize(provider, dialect, usage)
+
+
+# Values that mean "the standard price": not worth a price variant or a mention.
+_STANDARD = frozenset({"default", "standard", "auto", "global", "not_available"})
+
+
+def _option(value: Any) -> str | None:
+    return value if isinstance(value, str) and value and value not in _STANDARD else None
+
+
+def price_context_of_body(provider: str, dialect: str, body: Mapping[str, Any]) -> dict[str, str]:
+    """The options a response reports that change its price, as ``{key: value}`` for the price data.
+
+    OpenAI (both APIs) reports the ``service_tier`` that served the call (``flex``, ``priority``,
+    ``fast``...); Anthropic reports ``usage.service_tier``, ``usage.inference_geo`` (``us``) and
+    ``usage.speed`` (``fast``). Standard values (``default``, ``standard``, ``global``) are left out.
+    Reading the response, not the request, prices what actually ran (a request for a tier the
+    project may not use falls back to standard).
+    """
+    candidate: object = body
+    if type(candidate) is not dict and not isinstance(candidate, Mapping):
+        return {}
+    if isinstance(body.get("response"), Mapping):
+        body = body["response"]  # a Responses API response.completed event
+    context: dict[str, str] = {}
+    if dialect.startswith("anthropic"):
+        usage = body.get("usage")
+        if isinstance(usage, Mapping):
+            for key in ("service_tier", "inference_geo", "speed"):
+                value = _option(usage.get(key))
+                if value is not None:
+                    context[key] = value
+        return context
+    tier = _option(body.get("service_tier"))
+    if tier is not None:
+        context["service_tier"] = tier
+    return context
