@@ -124,6 +124,14 @@ def test_deepseek_peak_and_off_peak_hours() -> None:
     assert off.cost == pytest.approx(2.332)
 
 
+def test_deepseek_weekends_are_priced_at_the_weekday_peak() -> None:
+    # DeepSeek bills weekends off-peak all day (https://api-docs.deepseek.com/zh-cn/quick_start/pricing:
+    # peak hours are Monday to Friday); genai-prices has no day-of-week condition, so a Saturday 02:00 UTC
+    # call is priced at the peak $1.32 input (an upper bound), as docs/cost.md says.
+    saturday = dt.datetime(2026, 12, 5, 2, tzinfo=UTC)
+    assert one_million_each("deepseek", "deepseek-v4-pro", at=saturday) == pytest.approx(1.32 + 3.96)
+
+
 def _epoch(year: int, month: int, day: int, hour: int = 12) -> float:
     return dt.datetime(year, month, day, hour, tzinfo=UTC).timestamp()
 
@@ -154,22 +162,31 @@ def test_anthropic_fast_mode_and_us_only_inference() -> None:
     # https://platform.claude.com/docs/en/about-claude/pricing#fast-mode-pricing: Claude Opus 5.5 in fast
     # mode (speed "fast") is $8 input / $40 output per MTok.
     fast = {"input_tokens": MILLION, "output_tokens": MILLION, "speed": "fast"}
-    table = default_prices()
-    usage = normalize("anthropic", "anthropic_messages", fast)
-    context = {"speed": "fast"}
-    assert table.price("anthropic", "claude-opus-5-5", usage, at=THURSDAY, context=context).total_usd == (
-        pytest.approx(8.0 + 40.0)
+    ledger = Ledger([MemorySink()])
+    when = THURSDAY.timestamp()
+    record = ledger.record_body(
+        "anthropic", "anthropic_messages", "claude-opus-5-5", {"usage": fast}, time=when
     )
+    assert record.cost == pytest.approx(8.0 + 40.0)
     # https://support.claude.com/en/articles/15422948-enable-us-only-inference-for-your-organization:
     # "billed at 1.1x standard API rates for Claude Opus 4.6, Claude Sonnet 4.6, and later models";
     # https://platform.claude.com/docs/en/about-claude/pricing: Opus 4.6 is $5 input / $25 output.
     body = {"model": "claude-opus-4-6", "usage": {**fast, "speed": None, "inference_geo": "us"}}
-    ledger = Ledger([MemorySink()])
-    record = ledger.record_body(
-        "anthropic", "anthropic_messages", "claude-opus-4-6", body, time=THURSDAY.timestamp()
-    )
+    record = ledger.record_body("anthropic", "anthropic_messages", "claude-opus-4-6", body, time=when)
     ledger.close()
     assert record.cost == pytest.approx((5.0 + 25.0) * 1.1)
+
+
+def test_an_anthropic_batch_result_is_priced_at_the_batch_price() -> None:
+    # https://platform.claude.com/docs/en/build-with-claude/batch-processing#pricing: "50% of standard
+    # API prices"; Claude Opus 5.5 is $4 / $20 (pricing page above), so $2 / $10 in a batch.
+    body = {"usage": {"input_tokens": MILLION, "output_tokens": MILLION, "service_tier": "batch"}}
+    ledger = Ledger([MemorySink()])
+    record = ledger.record_body(
+        "anthropic", "anthropic_messages", "claude-opus-5-5", body, time=THURSDAY.timestamp()
+    )
+    ledger.close()
+    assert record.cost == pytest.approx(2.0 + 10.0)
 
 
 def test_an_option_no_price_data_covers_is_listed() -> None:
@@ -321,6 +338,17 @@ def test_cli_shows_the_price_and_its_source() -> None:
     assert "no price for 'no-such-model-anywhere'" in out.getvalue()
 
 
+def test_cli_fetches_new_price_data_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    fetches: list[float] = []
+    monkeypatch.setattr(
+        "cachekit.cost.genai.update_from_network", lambda timeout=30.0: fetches.append(timeout)
+    )
+    assert main(["prices", "kimi-k3"], out=io.StringIO()) == 0
+    assert fetches == []
+    assert main(["prices", "kimi-k3", "--update"], out=io.StringIO()) == 0
+    assert fetches == [30.0]
+
+
 def test_pricing_never_touches_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("network access while pricing")
@@ -344,3 +372,31 @@ def test_anthropic_request_through_the_sdk_is_priced_by_genai(harness: Harness) 
     assert u.uncached_input is not None
     assert u.output is not None
     assert record.cost == pytest.approx((u.uncached_input * 2.0 + u.output * 10.0) / MILLION)
+
+
+@pytest.mark.parametrize(
+    ("provider", "model"),
+    [("anthropic", "claude-haiku-5-5"), ("openai", "gpt-5.6-sol"), ("openai", "o3"), ("xai", "grok-4.7")],
+)
+def test_the_arithmetic_is_genai_prices_own(provider: str, model: str) -> None:
+    # cachekit prices from genai-prices' resolved rates without its (slower) calc_price: both agree on
+    # every token kind, below and above the prompt-length tiers.
+    from genai_prices import Usage, calc_price
+
+    for usage in (UsageRecord(1_000, 2_000, 3_000, 4_000, 500), UsageRecord(150_000, 90_000, 0, 60_000, 10)):
+        input_total = usage.input_total
+        assert input_total is not None
+        reference = calc_price(
+            Usage(
+                input_tokens=input_total,
+                cache_read_tokens=usage.cache_read,
+                cache_write_tokens=(usage.cache_write_5m or 0) + (usage.cache_write_1h or 0),
+                cache_write_1h_tokens=usage.cache_write_1h,
+                output_tokens=usage.output,
+            ),
+            model,
+            provider_id={"xai": "x-ai"}.get(provider, provider),
+            genai_request_timestamp=THURSDAY,
+        )
+        cost = default_prices().price(provider, model, usage, at=THURSDAY)
+        assert cost.total_usd == pytest.approx(float(reference.total_price), rel=1e-12)

@@ -19,13 +19,20 @@ import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from cachekit.cost.usage import UsageRecord
 from cachekit.errors import install_command
 
-__all__ = ["GenaiPrice", "available", "lookup", "missing_reason", "update_from_network", "version"]
+__all__ = [
+    "GenaiPrice",
+    "available",
+    "lookup",
+    "missing_reason",
+    "pricing_pages",
+    "update_from_network",
+    "version",
+]
 
 logger = logging.getLogger("cachekit.cost")
 
@@ -96,36 +103,48 @@ class GenaiPrice:
     pricing_urls: tuple[str, ...]
     ignored: tuple[str, ...]
     source: str
-    _model: Any
-    _provider: Any
-    _at: _dt.datetime
-    _context: Mapping[str, str]
+    _prices: Any
 
     def cost(self, usage: UsageRecord) -> tuple[float, float, bool]:
-        """(cost, cost without caching, long-context tier used) of ``usage`` in USD."""
+        """(cost, cost without caching, a prompt-length tier applied) of ``usage`` in USD.
+
+        The arithmetic is genai-prices' own for text tokens, done here on the resolved prices (its
+        ``calc_price`` costs a millisecond a call, on the request path): a tier's rate applies to
+        every token once the prompt (reads and writes included) exceeds its start; a token kind with
+        no price of its own bills as its parent (cache reads and writes as input, long-retention
+        writes as standard writes).
+        """
         uncached = usage.uncached_input or 0
         w5, w1, read = usage.cache_write_5m or 0, usage.cache_write_1h or 0, usage.cache_read or 0
         total_in = uncached + w5 + w1 + read
         output = usage.output or 0
-        mod = _module()
-        make = mod[0].Usage
-        actual = make(
-            input_tokens=total_in,
-            cache_read_tokens=read,
-            cache_write_tokens=w5 + w1,
-            cache_write_1h_tokens=w1,
-            output_tokens=output,
-        )
-        plain = make(input_tokens=total_in, output_tokens=output)
-        priced = self._calc(actual)
-        without = self._calc(plain)
-        return float(priced), float(without), any(total_in > start for start in self.tiers)
+        rate = functools.partial(_rate, self._prices, total_in)
+        plain = rate("input_mtok") or 0.0
+        write = rate("cache_write_mtok")
+        write = plain if write is None else write
+        long_write = rate("cache_write_1h_mtok")
+        long_write = write if long_write is None else long_write
+        hit = rate("cache_read_mtok")
+        hit = plain if hit is None else hit
+        out = rate("output_mtok") or 0.0
+        micro = uncached * plain + w5 * write + w1 * long_write + read * hit + output * out
+        without = total_in * plain + output * out
+        return micro / 1_000_000, without / 1_000_000, any(total_in > start for start in self.tiers)
 
-    def _calc(self, usage: Any) -> Decimal:
-        result = self._model.calc_price(
-            usage, self._provider, genai_request_timestamp=self._at, price_context=dict(self._context) or None
-        )
-        return Decimal(result.total_price)
+
+def _rate(prices: Any, total_in: int, key: str) -> float | None:
+    """The rate of ``key`` for a prompt of ``total_in`` tokens (a tier's once it is exceeded)."""
+    value = getattr(prices, key)
+    if value is None:
+        return None
+    tiers = getattr(value, "tiers", None)
+    if tiers is None:
+        return float(value)
+    chosen = value.base
+    for tier in tiers:  # sorted ascending by start
+        if total_in > tier.start:
+            chosen = tier.price
+    return float(chosen)
 
 
 def _snapshot() -> Any:
@@ -143,6 +162,20 @@ def _find(provider: str, model: str) -> tuple[Any, Any] | None:
             return provider_model
         except LookupError:
             continue
+    return None
+
+
+def pricing_pages(provider: str) -> tuple[str, ...] | None:
+    """The price pages genai-prices reads for cachekit's ``provider`` (``None``: not covered)."""
+    snapshot = _snapshot()
+    if snapshot is None:
+        return None
+    for genai_id in _PROVIDERS.get(provider.strip().lower(), (provider.strip().lower(),)):
+        try:
+            found = snapshot.find_provider(None, genai_id, None)
+        except LookupError:
+            continue
+        return tuple(found.pricing_urls or ())
     return None
 
 
@@ -201,10 +234,7 @@ def lookup(
         pricing_urls=tuple(genai_provider.pricing_urls or ()),
         ignored=ignored,
         source=source,
-        _model=genai_model,
-        _provider=genai_provider,
-        _at=at,
-        _context=used,
+        _prices=prices,
     )
 
 

@@ -379,10 +379,11 @@ def price_context_of_body(provider: str, dialect: str, body: Mapping[str, Any]) 
     """The options a response reports that change its price, as ``{key: value}`` for the price data.
 
     OpenAI (both APIs) reports the ``service_tier`` that served the call (``flex``, ``priority``,
-    ``fast``...); Anthropic reports ``usage.service_tier``, ``usage.inference_geo`` (``us``) and
-    ``usage.speed`` (``fast``). Standard values (``default``, ``standard``, ``global``) are left out.
-    Reading the response, not the request, prices what actually ran (a request for a tier the
-    project may not use falls back to standard).
+    ``fast``...); Anthropic reports ``usage.service_tier`` (``batch`` becomes ``processing: batch``,
+    the batch price), ``usage.inference_geo`` (``us``) and ``usage.speed`` (``fast``). Standard
+    values (``default``, ``standard``, ``global``) are left out. Reading the response, not the
+    request, prices what actually ran (a request for a tier the project may not use falls back to
+    standard).
     """
     candidate: object = body
     if type(candidate) is not dict and not isinstance(candidate, Mapping):
@@ -397,6 +398,9 @@ def price_context_of_body(provider: str, dialect: str, body: Mapping[str, Any]) 
                 value = _option(usage.get(key))
                 if value is not None:
                     context[key] = value
+        if context.get("service_tier") == "batch":  # a Message Batches result: the batch price
+            del context["service_tier"]
+            context["processing"] = "batch"
         return context
     tier = _option(body.get("service_tier"))
     if tier is not None:
