@@ -80,6 +80,37 @@ def test_todays_models_price_to_the_documented_number(
     assert one_million_each(provider, model, at=noon) == pytest.approx(input_usd + output_usd)
 
 
+def test_every_current_text_model_of_the_database_prices_to_a_number() -> None:
+    # Every model genai-prices lists (and does not mark deprecated) for the providers cachekit routes,
+    # under cachekit's provider names, prices a call to a positive number.
+    from genai_prices.data import providers
+
+    names = {"anthropic": "anthropic", "openai": "openai", "google": "gemini", "deepseek": "deepseek"}
+    names.update({"moonshotai": "kimi", "zai": "glm", "x-ai": "xai"})
+    usage = UsageRecord(1_000, 0, 0, 0, 1_000)
+    priced = 0
+    for provider in providers:
+        if provider.id not in names:
+            continue
+        for model in provider.models:
+            prices = model.prices if not isinstance(model.prices, list) else model.prices[-1].prices
+            if model.deprecated or (prices.input_mtok is None and prices.output_mtok is None):
+                continue  # not sold by the token
+            if not model.is_match(model.id):
+                continue  # an id that is a name pattern (ft:gpt-4o matches ft:gpt-4o:org:...)
+            cost = default_prices().price(names[provider.id], model.id, usage, at=THURSDAY)
+            assert cost.total_usd is not None, (provider.id, model.id, cost.problem)
+            assert cost.total_usd > 0, (provider.id, model.id)
+            priced += 1
+    assert priced > 150
+
+
+def test_a_model_not_sold_by_the_token_has_no_token_price() -> None:
+    # tts-1 is priced per character: a token count has no price there, and is never priced as 0.
+    cost = default_prices().price("openai", "tts-1", UsageRecord(1_000, 0, 0, 0, 0), at=THURSDAY)
+    assert cost.total_usd is None
+
+
 # -- a call recorded on a given date prices with that date's rates -------------------------------------
 
 

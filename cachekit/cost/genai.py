@@ -217,6 +217,8 @@ def lookup(
     used = {k: v for k, v in context.items() if (k, v) in offered}
     prices = genai_model.get_prices(at, used)
     rates = {kind: _number(getattr(prices, key)) for kind, key in _KEYS.items()}
+    if rates["input"] is None and rates["output"] is None:
+        return None  # priced per character, second or image only: no token price to give, never 0
     tiers: set[int] = set()
     for key in _KEYS.values():
         value = getattr(prices, key)
