@@ -348,6 +348,22 @@ def test_kimi_cache_writes_are_read_and_priced() -> None:
     assert default_prices().price("kimi", "kimi-k3", usage, at=THURSDAY).total_usd == pytest.approx(21.3)
 
 
+def test_xai_reasoning_left_out_of_completion_tokens_bills_as_output() -> None:
+    # xAI's completion_tokens leave reasoning out (genai-prices' xAI extractor adds
+    # completion_tokens_details.reasoning_tokens to the output; the response's own total_tokens
+    # counts them). https://docs.x.ai/developers/models/grok-4.7: $2 input, $6 output per MTok.
+    body = {
+        "prompt_tokens": TENTH,
+        "completion_tokens": 10_000,
+        "total_tokens": TENTH + 10_000 + 40_000,
+        "completion_tokens_details": {"reasoning_tokens": 40_000},
+    }
+    usage = normalize("xai", "openai_chat", body)
+    assert (usage.output, usage.reasoning) == (50_000, 40_000)
+    # 100K x $2 + 50K x $6 = 0.2 + 0.3
+    assert default_prices().price("xai", "grok-4.7", usage, at=THURSDAY).total_usd == pytest.approx(0.5)
+
+
 # -- cachekit prices MODEL ----------------------------------------------------------------------------
 
 

@@ -16,8 +16,10 @@ OpenAI Responses             ``input_tokens`` INCLUDES ``input_tokens_details.ca
                              ``cache_write_tokens`` (split by retention in ``cache_write_tokens_details``).
 Gemini (OpenAI endpoint)     as OpenAI, but thinking tokens are left out of ``completion_tokens`` and
                              counted in ``total_tokens``: output is ``total_tokens - prompt_tokens``.
+xAI (chat)                   as Gemini (its reasoning tokens are also in ``completion_tokens_details``).
 DeepSeek (chat)              ``prompt_cache_hit_tokens`` + ``prompt_cache_miss_tokens`` = ``prompt_tokens``.
-Kimi / Moonshot (chat)       top-level ``cached_tokens`` (explicit context cache), or the OpenAI field.
+Kimi / Moonshot (chat)       top-level ``cached_tokens`` (explicit context cache), or the OpenAI fields
+                             (``cached_tokens``, ``cache_write_tokens`` in ``prompt_tokens_details``).
 Bailian / DashScope (chat)   ``cached_tokens`` as OpenAI; explicit-cache writes in
                              ``cache_creation_input_tokens`` / ``cache_creation`` (in
                              ``prompt_tokens_details`` or at the top level).
@@ -237,16 +239,30 @@ def _writes(
     return short_count, long_count
 
 
+# Providers whose completion_tokens leave thinking out (total_tokens shows it); genai-prices' xAI
+# extractor also adds completion_tokens_details.reasoning_tokens to xAI's output.
+_THINKING_OUTSIDE = frozenset({"gemini", "xai"})
+
+
 def _openai_chat(r: _Reader, provider: str) -> UsageRecord:
     output = r.count("completion_tokens", required=True)
     reasoning = r.info("completion_tokens_details", "reasoning_tokens")
-    if provider == "gemini" and output is not None and r.has("total_tokens") and r.has("prompt_tokens"):
-        # Gemini's OpenAI endpoint leaves thinking tokens out of completion_tokens but counts them in
-        # total_tokens; they bill as output, so output = total - prompt and the difference is reasoning.
+    if (
+        provider in _THINKING_OUTSIDE
+        and output is not None
+        and r.has("total_tokens")
+        and r.has("prompt_tokens")
+    ):
+        # Gemini's OpenAI endpoint and xAI leave thinking tokens out of completion_tokens but count them
+        # in total_tokens; they bill as output, so output = total - prompt and the difference is
+        # reasoning (xAI also reports it as completion_tokens_details.reasoning_tokens).
         total, prompt_count = r.count("total_tokens"), r.count("prompt_tokens")
         if total is not None and prompt_count is not None and total > prompt_count + output:
             thinking = total - prompt_count - output
-            output, reasoning = output + thinking, (reasoning or 0) + thinking
+            output = output + thinking
+            reasoning = (
+                thinking if provider == "xai" and reasoning == thinking else (reasoning or 0) + thinking
+            )
     if r.has("prompt_cache_hit_tokens") or r.has("prompt_cache_miss_tokens"):
         # DeepSeek: hit + miss = prompt_tokens.
         hit = r.count("prompt_cache_hit_tokens", required=True)
