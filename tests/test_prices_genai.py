@@ -364,6 +364,76 @@ def test_xai_reasoning_left_out_of_completion_tokens_bills_as_output() -> None:
     assert default_prices().price("xai", "grok-4.7", usage, at=THURSDAY).total_usd == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize(
+    ("provider", "genai_id", "flavor", "dialect", "usage"),
+    [
+        (
+            "anthropic",
+            "anthropic",
+            "default",
+            "anthropic_messages",
+            {
+                "input_tokens": 100,
+                "cache_creation_input_tokens": 300,
+                "cache_read_input_tokens": 400,
+                "cache_creation": {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200},
+                "output_tokens": 50,
+            },
+        ),
+        (
+            "openai",
+            "openai",
+            "responses",
+            "openai_responses",
+            {
+                "input_tokens": 1_000,
+                "output_tokens": 50,
+                "input_tokens_details": {"cached_tokens": 400, "cache_write_tokens": 300},
+            },
+        ),
+        (
+            "kimi",
+            "moonshotai",
+            "chat",
+            "openai_chat",
+            {
+                "prompt_tokens": 1_000,
+                "completion_tokens": 50,
+                "prompt_tokens_details": {"cached_tokens": 400, "cache_write_tokens": 300},
+            },
+        ),
+        (
+            "xai",
+            "x-ai",
+            "chat",
+            "openai_chat",
+            {
+                "prompt_tokens": 1_000,
+                "completion_tokens": 50,
+                "total_tokens": 1_080,
+                "prompt_tokens_details": {"cached_tokens": 400},
+                "completion_tokens_details": {"reasoning_tokens": 30},
+            },
+        ),
+    ],
+)
+def test_usage_agrees_with_genai_prices_extractors(
+    provider: str, genai_id: str, flavor: str, dialect: str, usage: dict[str, Any]
+) -> None:
+    # genai-prices' own usage extraction for the providers it covers reads the same token counts as
+    # cachekit's normalizer (which also splits writes by TTL and flags inconsistent counts).
+    from genai_prices import extract_usage
+
+    theirs = extract_usage({"usage": usage}, provider_id=genai_id, api_flavor=flavor).usage
+    ours = normalize(provider, dialect, usage)
+    assert (ours.input_total, ours.cache_read, ours.cache_write, ours.output) == (
+        theirs.input_tokens,
+        theirs.cache_read_tokens,
+        theirs.cache_write_tokens,
+        theirs.output_tokens,
+    )
+
+
 # -- cachekit prices MODEL ----------------------------------------------------------------------------
 
 
