@@ -485,6 +485,8 @@ class PriceTable:
         ``None`` figures, never 0.
         """
         context = dict(context or {})
+        if context.pop("processing", None) == "batch":  # a batch result reports itself
+            batch = True
         found, row = self._source(provider, model, _moment(at), context, batch)
         if found is not None:
             return self._price_genai(found, usage, batch, provider, context)
