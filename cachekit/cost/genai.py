@@ -147,6 +147,12 @@ def _rate(prices: Any, total_in: int, key: str) -> float | None:
     return float(chosen)
 
 
+def _genai_ids(provider: str) -> tuple[str, ...]:
+    """genai-prices' ids for cachekit's ``provider`` (another name, e.g. a ``price_as``, as is)."""
+    name = provider.strip().lower()
+    return _PROVIDERS.get(name, (name,))
+
+
 def _snapshot() -> Any:
     mod = _module()
     return None if mod is None else mod[1].get_snapshot()
@@ -156,7 +162,7 @@ def _find(provider: str, model: str) -> tuple[Any, Any] | None:
     snapshot = _snapshot()
     if snapshot is None:
         return None
-    for genai_id in _PROVIDERS.get(provider.strip().lower(), (provider.strip().lower(),)):
+    for genai_id in _genai_ids(provider):
         try:
             provider_model: tuple[Any, Any] = tuple(snapshot.find_provider_model(model, None, genai_id, None))
             return provider_model
@@ -170,7 +176,7 @@ def pricing_pages(provider: str) -> tuple[str, ...] | None:
     snapshot = _snapshot()
     if snapshot is None:
         return None
-    for genai_id in _PROVIDERS.get(provider.strip().lower(), (provider.strip().lower(),)):
+    for genai_id in _genai_ids(provider):
         try:
             found = snapshot.find_provider(None, genai_id, None)
         except LookupError:
