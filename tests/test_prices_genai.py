@@ -259,6 +259,41 @@ def test_the_sdks_record_what_the_response_reports(harness: Harness) -> None:
     assert record.cost == pytest.approx(4.44)
 
 
+def test_a_streamed_answer_is_priced_with_its_service_tier(harness: Harness) -> None:
+    # The same answer streamed (its chunks carry service_tier, the last one the usage): same price.
+    sink = MemorySink()
+    ledger = Ledger([sink])
+    head = {"id": "chatcmpl-2", "object": "chat.completion.chunk", "created": 1, "model": "gpt-5.6-sol"}
+    head["service_tier"] = "priority"
+    delta = {"index": 0, "delta": {"role": "assistant", "content": "ok"}, "finish_reason": None}
+    stop = {"index": 0, "delta": {}, "finish_reason": "stop"}
+    chunks = [
+        {**head, "choices": [delta]},
+        {**head, "choices": [stop]},
+        {**head, "choices": [], "usage": {**_openai_usage(), "total_tokens": 2 * TENTH}},
+    ]
+    sse = b"".join(b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
+    harness.upstream.respond_next(200, sse, "text/event-stream")
+    sdk = harness.sdk("openai", cache=cachekit.CacheConfig(store=MemoryStore(), ledger=ledger))
+    request = {**openai_chat(), "model": "gpt-5.6-sol", "stream": True}
+    stream = sdk.call("chat.completions.create", **request, stream_options={"include_usage": True})
+    if harness.mode == "async":
+
+        async def drain() -> None:
+            async for _ in stream:
+                pass
+
+        sdk.run(drain())
+    else:
+        for _ in stream:
+            pass
+    ledger.flush()
+    (record,) = sink.read()
+    ledger.close()
+    # Fast mode page quoted above: 50K x $8 + 50K x $0.80 + 100K x $40
+    assert record.cost == pytest.approx(4.44)
+
+
 # -- the bundled table is the fallback ----------------------------------------------------------------
 
 
