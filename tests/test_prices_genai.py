@@ -428,7 +428,11 @@ def test_xai_reasoning_left_out_of_completion_tokens_bills_as_output() -> None:
             {
                 "input_tokens": 1_000,
                 "output_tokens": 50,
-                "input_tokens_details": {"cached_tokens": 400, "cache_write_tokens": 300},
+                "input_tokens_details": {
+                    "cached_tokens": 400,
+                    "cache_write_tokens": 300,
+                    "cache_write_tokens_details": {"text_tokens": 200, "image_tokens": 100},
+                },
             },
         ),
         (
@@ -439,7 +443,11 @@ def test_xai_reasoning_left_out_of_completion_tokens_bills_as_output() -> None:
             {
                 "prompt_tokens": 1_000,
                 "completion_tokens": 50,
-                "prompt_tokens_details": {"cached_tokens": 400, "cache_write_tokens": 300},
+                "prompt_tokens_details": {
+                    "cached_tokens": 400,
+                    "cache_write_tokens": 300,
+                    "cache_write_tokens_details": {"text_tokens": 300},
+                },
             },
         ),
         (
