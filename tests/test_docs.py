@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from cachekit.cost import default_prices, normalize
+from cachekit.cost import default_prices, genai, normalize
 from cachekit.providers import PROVIDERS
 from cachekit.providers.cache_rules import default_cache_rules
 
@@ -96,7 +96,10 @@ def test_a_provider_without_rows_says_so() -> None:
         if provider.name not in ruled:
             assert "has no row" in generated.cache_rules_table(provider.name)
         if provider.name not in priced:
-            assert "has no row" in generated.prices_table(provider.name)
+            # genai-prices prices the providers it covers; only the rest have no price at all.
+            covered = genai.pricing_pages(provider.name) is not None
+            expected = "Priced by [genai-prices]" if covered else "has no row"
+            assert expected in generated.prices_table(provider.name)
 
 
 def test_usage_rows_come_from_the_usage_module() -> None:

@@ -3,7 +3,8 @@
 ::
 
     usage.py    provider usage objects -> UsageRecord (uncached, cache writes 5m/1h, cache reads, output)
-    prices.py   prices.json (per provider and model, with source URL and date) -> Cost of a UsageRecord
+    prices.py   genai-prices, else prices.json (per provider and model, with source URL and date) -> Cost
+    genai.py    genai-prices: dated prices, time-of-day and tier variants (extra: prices)
     ledger.py   CallRecord per call -> sinks (memory, SQLite under $CACHEKIT_HOME, JSONL), totals, budgets
     report.py   terminal table (rich), JSON, and a PNG of cost with and without caching
     metrics.py  PrometheusSink: counters of tokens, cost and calls by outcome (extra: metrics)
@@ -40,9 +41,18 @@ from cachekit.cost.ledger import (
 )
 from cachekit.cost.metrics import PROMETHEUS_LABELS, PrometheusSink
 from cachekit.cost.otel import GENAI_PROVIDER_NAMES, OpenTelemetrySink, span_attributes
-from cachekit.cost.prices import Cost, ModelPrice, PriceTable, PriceTableError, Rates, default_prices
+from cachekit.cost.prices import (
+    Cost,
+    ModelPrice,
+    PriceQuote,
+    PriceTable,
+    PriceTableError,
+    Rates,
+    default_prices,
+    find_quote,
+)
 from cachekit.cost.report import parse_since, plot, render_report
-from cachekit.cost.usage import TOKEN_FIELDS, UsageRecord, normalize, usage_of_body
+from cachekit.cost.usage import TOKEN_FIELDS, UsageRecord, normalize, price_context_of_body, usage_of_body
 
 __all__ = [
     "GENAI_PROVIDER_NAMES",
@@ -62,6 +72,7 @@ __all__ = [
     "ModelPrice",
     "OpenTelemetrySink",
     "Outcome",
+    "PriceQuote",
     "PriceTable",
     "PriceTableError",
     "PrometheusSink",
@@ -72,11 +83,13 @@ __all__ = [
     "aggregate",
     "default_ledger_path",
     "default_prices",
+    "find_quote",
     "make_record",
     "normalize",
     "outcome_for_usage",
     "parse_since",
     "plot",
+    "price_context_of_body",
     "render_report",
     "span_attributes",
     "usage_of_body",

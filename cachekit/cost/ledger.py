@@ -38,7 +38,7 @@ import orjson
 
 from cachekit.config import cachekit_home
 from cachekit.cost.prices import PriceTable, default_prices
-from cachekit.cost.usage import TOKEN_FIELDS, UsageRecord, usage_of_body
+from cachekit.cost.usage import TOKEN_FIELDS, UsageRecord, price_context_of_body, usage_of_body
 
 __all__ = [
     "GROUP_FIELDS",
@@ -157,15 +157,20 @@ def make_record(
     site: str | None = None,
     time: float | None = None,
     batch: bool = False,
+    context: Mapping[str, str] | None = None,
 ) -> CallRecord:
     """Price ``usage`` and build the ledger record for one call (pure apart from the clock).
 
+    The call is priced at the prices in force at ``time`` (now by default), with the options the
+    response reported in ``context`` (see :func:`~cachekit.cost.usage.price_context_of_body`).
     For ``exact_hit`` / ``semantic_hit`` pass the *stored* response's usage: the record costs 0 and
-    saves what the original call would cost at full price today.
+    saves what the original call would cost at full price at ``time``.
     """
     if outcome is None:
         outcome = outcome_for_usage(usage)
-    priced = prices.price(provider, model, usage, batch=batch)
+    if time is None:
+        time = _time.time()
+    priced = prices.price(provider, model, usage, batch=batch, at=time, context=context)
     if outcome in _HITS:
         cost: float | None = 0.0
         without = priced.no_cache_usd
@@ -173,7 +178,7 @@ def make_record(
     else:
         cost, without, saving = priced.total_usd, priced.no_cache_usd, priced.saving_usd
     return CallRecord(
-        time=_time.time() if time is None else time,
+        time=time,
         provider=provider,
         model=model,
         tenant=tenant,
@@ -642,6 +647,7 @@ class Ledger:
         site: str | None = None,
         time: float | None = None,
         batch: bool = False,
+        context: Mapping[str, str] | None = None,
     ) -> CallRecord:
         """Price ``usage`` (see :func:`make_record`), record it and return the record."""
         record = make_record(
@@ -654,6 +660,7 @@ class Ledger:
             site=site,
             time=time,
             batch=batch,
+            context=context,
         )
         self.record(record)
         return record
@@ -670,9 +677,13 @@ class Ledger:
         site: str | None = None,
         time: float | None = None,
     ) -> CallRecord:
-        """Normalize the usage of a response ``body`` (see :func:`usage_of_body`) and record the call."""
+        """Normalize the usage of a response ``body`` (see :func:`usage_of_body`) and record the call,
+        priced with the options the body reports (:func:`price_context_of_body`)."""
         usage = usage_of_body(provider, dialect, body)
-        return self.record_call(provider, model, usage, outcome=outcome, tenant=tenant, site=site, time=time)
+        context = price_context_of_body(provider, dialect, body)
+        return self.record_call(
+            provider, model, usage, outcome=outcome, tenant=tenant, site=site, time=time, context=context
+        )
 
     def _overflow(self, record: CallRecord) -> None:
         self._wake.set()

@@ -8,6 +8,16 @@ token bills at that block's prices), an optional ``batch_multiplier``, and the `
 ``PriceTable.load(overrides=path_or_rows)``, which merges field by field over the bundled rows (an
 override row for a model the table lacks must carry at least ``input`` and ``output``).
 
+Where prices come from, first match wins (:attr:`Cost.source` names it):
+
+1. a row of your own (``overrides=`` or a price file passed as ``path``);
+2. `genai-prices` (see :mod:`cachekit.cost.genai`), at the call's time and with the variants the
+   response reported;
+3. a row of the bundled ``prices.json``: only for what genai-prices lacks, or when it is not installed.
+
+``multipliers`` in the bundled file apply a documented factor the database does not model (Anthropic's
+``inference_geo: "us"``) to every token of a call whose response reports it.
+
 Model names resolve in this order, per provider, case-insensitively:
 
 1. the exact model name of a row;
@@ -22,6 +32,7 @@ Nothing else is guessed: a model that does not resolve has no price, :meth:`Pric
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import logging
 import math
@@ -35,10 +46,23 @@ from typing import Any
 
 import orjson
 
+from cachekit.cost import genai
 from cachekit.cost.usage import UsageRecord
 from cachekit.errors import ConfigError
 
-__all__ = ["Cost", "ModelPrice", "PriceTable", "PriceTableError", "Rates", "default_prices"]
+__all__ = [
+    "QUOTE_PROVIDERS",
+    "Cost",
+    "ModelPrice",
+    "Multiplier",
+    "PriceQuote",
+    "PriceTable",
+    "PriceTableError",
+    "Rates",
+    "default_prices",
+    "find_quote",
+    "format_quote",
+]
 
 logger = logging.getLogger("cachekit.cost")
 
@@ -81,6 +105,8 @@ class ModelPrice:
     checked: str | None = None
     aliases: tuple[str, ...] = ()
     note: str | None = None
+    #: ``"bundled"`` for a row of cachekit's own file, ``"yours"`` for an override or a file you passed.
+    origin: str = "bundled"
 
     def rates_for(self, input_tokens: int) -> Rates:
         """The rates that apply to a request with ``input_tokens`` of input (cache reads/writes included)."""
@@ -98,7 +124,9 @@ class Cost:
     """What one call cost, what it would have cost without any caching, and the difference (USD).
 
     Each figure is ``None`` when it cannot be computed (unknown model, unknown usage, a token kind the
-    model has no price for); ``problem`` then says why. ``model`` is the price row that was used.
+    model has no price for); ``problem`` then says why. ``model`` is the price row that was used,
+    ``source`` where its prices came from, ``unpriced`` the reported request options (``key=value``)
+    that no price data covers (the call is priced at standard rates for them).
     """
 
     total_usd: float | None
@@ -107,6 +135,8 @@ class Cost:
     model: str | None = None
     long_context: bool = False
     problem: str | None = None
+    source: str | None = None
+    unpriced: tuple[str, ...] = ()
 
     @classmethod
     def unknown(cls, problem: str, model: str | None = None) -> Cost:
@@ -243,6 +273,72 @@ def _read_document(source: str | Path | Mapping[str, Any] | Sequence[Any]) -> tu
     return _raw_rows(source, "price overrides"), "price overrides"
 
 
+@dataclass(frozen=True, slots=True)
+class Multiplier:
+    """A documented price factor for a request option the price data does not model.
+
+    Applies to every token of a call of ``provider`` whose response reports ``key`` = ``value``.
+    """
+
+    provider: str
+    key: str
+    value: str
+    factor: float
+    source: str
+    checked: str
+    note: str | None = None
+
+    def matches(self, provider: str, key: str, value: str) -> bool:
+        """Whether this multiplier prices option ``key=value`` of a ``provider`` call."""
+        return provider.strip().lower() == self.provider and key == self.key and value == self.value
+
+
+def _multiplier(raw: Any, origin: str) -> Multiplier:
+    try:
+        factor = raw["factor"]
+        if not _number(factor) or factor <= 0 or not _is_date(raw["checked"]):
+            raise ValueError(raw)
+        return Multiplier(
+            provider=str(raw["provider"]).lower(),
+            key=str(raw["key"]),
+            value=str(raw["value"]),
+            factor=float(factor),
+            source=str(raw["source"]),
+            checked=str(raw["checked"]),
+            note=raw.get("note"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PriceTableError(f"{origin}: malformed multiplier {raw!r}") from exc
+
+
+def _moment(at: float | _dt.datetime | None) -> _dt.datetime:
+    """A call's time as an aware UTC datetime (naive datetimes are UTC, numbers epoch seconds)."""
+    if at is None:
+        return _dt.datetime.now(_dt.timezone.utc)
+    if isinstance(at, _dt.datetime):
+        return at if at.tzinfo is not None else at.replace(tzinfo=_dt.timezone.utc)
+    return _dt.datetime.fromtimestamp(at, _dt.timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class PriceQuote:
+    """The prices cachekit uses for one model at one moment (``cachekit prices MODEL``).
+
+    ``rates`` in USD per million tokens (base rates when ``tiers`` lists prompt-length thresholds),
+    ``source`` where they come from, ``urls`` the provider pages behind them, ``unpriced`` options
+    no price data covers.
+    """
+
+    provider: str
+    model: str
+    rates: Rates
+    source: str
+    urls: tuple[str, ...]
+    tiers: tuple[int, ...] = ()
+    unpriced: tuple[str, ...] = ()
+    factor: float = 1.0
+
+
 def _key(provider: str, model: str) -> tuple[str, str]:
     return provider.strip().lower(), model.strip().lower()
 
@@ -250,7 +346,16 @@ def _key(provider: str, model: str) -> tuple[str, str]:
 class PriceTable:
     """Model prices with name resolution, long-context and batch rules; prices :class:`UsageRecord` s."""
 
-    def __init__(self, rows: Iterable[ModelPrice]) -> None:
+    def __init__(
+        self,
+        rows: Iterable[ModelPrice],
+        *,
+        use_genai: bool = True,
+        multipliers: Iterable[Multiplier] = (),
+    ) -> None:
+        #: Whether genai-prices is consulted (when installed) before the bundled rows.
+        self.use_genai = use_genai
+        self.multipliers = tuple(multipliers)
         self._rows: dict[tuple[str, str], ModelPrice] = {}
         self._names: dict[tuple[str, str], ModelPrice] = {}
         for row in rows:
@@ -277,17 +382,24 @@ class PriceTable:
         path: str | Path | None = None,
         *,
         overrides: str | Path | Mapping[str, Any] | Sequence[Any] | None = None,
+        use_genai: bool = True,
     ) -> PriceTable:
         """Load a price file (the bundled one by default) and merge ``overrides`` (a file or rows) over it.
 
+        Rows of a file you pass and override rows are yours: they win over genai-prices. The bundled
+        rows price only what genai-prices lacks (``use_genai=False``: the table alone).
         Raises :class:`PriceTableError` naming the row and field of the first malformed entry.
         """
+        multipliers: list[Multiplier] = []
         if path is None:
-            raw_rows = orjson.loads(resources.files("cachekit.cost").joinpath("prices.json").read_bytes())
-            base, origin = _raw_rows(raw_rows, "cachekit/cost/prices.json"), "cachekit/cost/prices.json"
+            document = orjson.loads(resources.files("cachekit.cost").joinpath("prices.json").read_bytes())
+            base, origin = _raw_rows(document, "cachekit/cost/prices.json"), "cachekit/cost/prices.json"
+            multipliers = [_multiplier(raw, origin) for raw in document.get("multipliers", ())]
         else:
             base, origin = _read_document(path)
         merged: dict[tuple[str, str], dict[str, Any]] = {}
+        # Rows of cachekit's own file; every other row (your file, your overrides) is yours.
+        yours: set[tuple[str, str]] = set()
         for index, raw in enumerate(base):
             row = _validated(raw, index, origin, strict=True)
             key = _key(row.provider, row.model)
@@ -295,6 +407,8 @@ class PriceTable:
                 label = _row_label(index, raw)
                 raise PriceTableError(f"{origin}: {label}: field 'model' repeats an earlier row")
             merged[key] = dict(raw)
+            if path is not None:
+                yours.add(key)
         if overrides is not None:
             extra, extra_origin = _read_document(overrides)
             for index, raw in enumerate(extra):
@@ -308,7 +422,12 @@ class PriceTable:
                 combined = {**merged.get(key, {}), **raw}
                 _validated(combined, index, extra_origin, strict=False)
                 merged[key] = combined
-        return cls(_build_row(raw, strict=False) for raw in merged.values())
+                yours.add(key)
+        rows = (
+            dataclasses.replace(row, origin="yours") if key in yours else row
+            for key, row in ((key, _build_row(raw, strict=False)) for key, raw in merged.items())
+        )
+        return cls(rows, use_genai=use_genai, multipliers=multipliers)
 
     @property
     def rows(self) -> tuple[ModelPrice, ...]:
@@ -346,14 +465,31 @@ class PriceTable:
             self._warned.add(key)
         logger.warning(message, *args)
 
-    def price(self, provider: str, model: str, usage: UsageRecord, *, batch: bool = False) -> Cost:
+    def price(
+        self,
+        provider: str,
+        model: str,
+        usage: UsageRecord,
+        *,
+        batch: bool = False,
+        at: float | _dt.datetime | None = None,
+        context: Mapping[str, str] | None = None,
+    ) -> Cost:
         """Price one call's usage: its cost, its cost without caching, and the saving.
 
         Without caching every input token (written, read or not) would have billed at the plain input
         price of the same tier; output is the same either way. ``batch`` applies the model's batch
-        multiplier. Unknown model or unknown usage gives ``None`` figures, never 0.
+        price. ``at`` is when the call was made (epoch seconds or a datetime; now by default): prices
+        in force then apply. ``context`` holds the options the response reported (see
+        :func:`~cachekit.cost.usage.price_context_of_body`). Unknown model or unknown usage gives
+        ``None`` figures, never 0.
         """
-        row = self.lookup(provider, model)
+        context = dict(context or {})
+        if context.pop("processing", None) == "batch":  # a batch result reports itself
+            batch = True
+        found, row = self._source(provider, model, _moment(at), context, batch)
+        if found is not None:
+            return self._price_genai(found, usage, batch, provider, context)
         if row is None:
             self._warn_once(
                 ("model", provider, model),
@@ -362,6 +498,111 @@ class PriceTable:
                 provider,
             )
             return Cost.unknown(f"no price for model {model!r} of {provider!r}")
+        return self._price_row(row, usage, batch, context)
+
+    def quote(
+        self,
+        provider: str,
+        model: str,
+        *,
+        at: float | _dt.datetime | None = None,
+        context: Mapping[str, str] | None = None,
+    ) -> PriceQuote | None:
+        """The rates :meth:`price` would use for ``model`` of ``provider`` (``None``: no price)."""
+        context = dict(context or {})
+        found, row = self._source(provider, model, _moment(at), context, False)
+        if found is not None:
+            factor, unpriced = self._scale(provider, context, found.ignored)
+            r = found.rates
+            rates = Rates(
+                r["input"] or 0.0,
+                r["cache_write_5m"],
+                r["cache_write_1h"],
+                r["cache_read"],
+                r["output"] or 0.0,
+            )
+            urls, tiers, source = found.pricing_urls, found.tiers, found.source
+            return PriceQuote(provider, found.model, rates, source, urls, tiers, tuple(unpriced), factor)
+        if row is None:
+            return None
+        factor, unpriced = self._scale(provider, context, (f"{k}={v}" for k, v in context.items()))
+        tiers = (row.long_context_threshold,) if row.long_context_threshold else ()
+        urls = (row.source,) if row.source else ()
+        source = self._row_source(row)
+        return PriceQuote(provider, row.model, row.rates, source, urls, tiers, tuple(unpriced), factor)
+
+    def _source(
+        self, provider: str, model: str, when: _dt.datetime, context: Mapping[str, str], batch: bool
+    ) -> tuple[genai.GenaiPrice | None, ModelPrice | None]:
+        """Where ``model``'s price comes from: your row, else genai-prices, else the bundled row."""
+        row = self.lookup(provider, model)
+        if row is None or row.origin == "bundled":
+            found = self._genai(provider, model, when, context, batch)
+            if found is not None:
+                return found, None
+        return None, row
+
+    def _row_source(self, row: ModelPrice) -> str:
+        """How :attr:`Cost.source` names a row of the table."""
+        if row.origin == "yours":
+            return "your price rows"
+        source = f"cachekit/cost/prices.json (checked {row.checked}: {row.source})"
+        if self.use_genai and not genai.available():
+            source += "; " + genai.missing_reason()
+        return source
+
+    def _genai(
+        self, provider: str, model: str, when: _dt.datetime, context: Mapping[str, str], batch: bool
+    ) -> genai.GenaiPrice | None:
+        if not self.use_genai:
+            return None
+        asked = {**context, "processing": "batch"} if batch else context
+        try:
+            return genai.lookup(provider, model, at=when, context=asked)
+        except Exception as exc:  # a broken data file must not lose the call: fall back to the table
+            self._warn_once(("genai", provider, model), "cachekit.cost: genai-prices failed: %s", exc)
+            return None
+
+    def _scale(
+        self, provider: str, context: Mapping[str, str], unpriced: Iterable[str]
+    ) -> tuple[float, list[str]]:
+        """The product of the multipliers that apply, and the options still unpriced after them."""
+        factor, left = 1.0, []
+        for option in unpriced:
+            key, _, value = option.partition("=")
+            match = next((m for m in self.multipliers if m.matches(provider, key, value)), None)
+            if match is None:
+                left.append(option)
+            else:
+                factor *= match.factor
+        return factor, left
+
+    def _price_genai(
+        self,
+        found: genai.GenaiPrice,
+        usage: UsageRecord,
+        batch: bool,
+        provider: str,
+        context: Mapping[str, str],
+    ) -> Cost:
+        name = found.model
+        if batch and "processing=batch" in found.ignored:
+            return Cost.unknown(f"model {name!r} has no batch price", name)
+        if not usage.known:
+            return Cost.unknown("usage unknown: " + "; ".join(usage.problems), name)
+        if usage.input_total is None or usage.output is None:
+            return Cost.unknown("usage incomplete", name)
+        options = [o for o in found.ignored if o != "processing=batch"]
+        factor, unpriced = self._scale(provider, context, options)
+        total, without, long_context = found.cost(usage)
+        total, without = total * factor, without * factor
+        return Cost(total, without, without - total, name, long_context, None, found.source, tuple(unpriced))
+
+    def _price_row(
+        self, row: ModelPrice, usage: UsageRecord, batch: bool, context: Mapping[str, str]
+    ) -> Cost:
+        """Price ``usage`` from one row of the table (yours, or the bundled fallback)."""
+        source = self._row_source(row)
         if not usage.known:
             return Cost.unknown("usage unknown: " + "; ".join(usage.problems), row.model)
         uncached, read = usage.uncached_input, usage.cache_read
@@ -396,9 +637,19 @@ class PriceTable:
                 return Cost.unknown(f"model {row.model!r} has no batch price", row.model)
             micro *= row.batch_multiplier
             no_cache_micro *= row.batch_multiplier
-        total = micro / 1_000_000
-        no_cache = no_cache_micro / 1_000_000
-        return Cost(total, no_cache, no_cache - total, row.model, rates is not row.rates)
+        factor, unpriced = self._scale(row.provider, context, (f"{k}={v}" for k, v in context.items()))
+        total = micro * factor / 1_000_000
+        no_cache = no_cache_micro * factor / 1_000_000
+        return Cost(
+            total,
+            no_cache,
+            no_cache - total,
+            row.model,
+            rates is not row.rates,
+            None,
+            source,
+            tuple(unpriced),
+        )
 
 
 def _validated(raw: Any, index: int, origin: str, *, strict: bool) -> ModelPrice:
@@ -426,3 +677,47 @@ def default_prices() -> PriceTable:
             if _DEFAULT.table is None:
                 _DEFAULT.table = PriceTable.load()
     return _DEFAULT.table
+
+
+#: The providers ``cachekit prices MODEL`` tries, in order, when none is named.
+QUOTE_PROVIDERS = ("anthropic", "openai", "gemini", "deepseek", "kimi", "glm", "xai", "bailian")
+
+
+def find_quote(
+    model: str,
+    provider: str | None = None,
+    *,
+    at: float | _dt.datetime | None = None,
+    context: Mapping[str, str] | None = None,
+    table: PriceTable | None = None,
+) -> PriceQuote | None:
+    """The quote for ``model`` of ``provider``, or of the first of :data:`QUOTE_PROVIDERS` that prices it."""
+    table = table or default_prices()
+    for name in (provider,) if provider else QUOTE_PROVIDERS:
+        quote = table.quote(name, model, at=at, context=context)
+        if quote is not None:
+            return quote
+    return None
+
+
+def format_quote(quote: PriceQuote, at: _dt.datetime) -> str:
+    """A few lines for a terminal: the rates, the moment, the options and where they come from."""
+
+    def usd(value: float | None) -> str:
+        return "-" if value is None else f"${value * quote.factor:g}"
+
+    r = quote.rates
+    lines = [
+        f"{quote.provider} {quote.model} at {at:%Y-%m-%d %H:%M} UTC, USD per million tokens:",
+        f"  input {usd(r.input)}  cache write {usd(r.cache_write_5m)}"
+        f" (long retention {usd(r.cache_write_1h)})  cache read {usd(r.cache_read)}  output {usd(r.output)}",
+    ]
+    if quote.tiers:
+        lines.append("  other rates above " + ", ".join(f"{t:,}" for t in quote.tiers) + " prompt tokens")
+    if quote.factor != 1.0:
+        lines.append(f"  x{quote.factor:g} for the options given (cachekit's multipliers)")
+    if quote.unpriced:
+        lines.append("  not in the price data, priced as standard: " + ", ".join(quote.unpriced))
+    lines.append(f"source: {quote.source}")
+    lines.extend(f"  {url}" for url in quote.urls)
+    return "\n".join(lines) + "\n"

@@ -16,8 +16,10 @@ OpenAI Responses             ``input_tokens`` INCLUDES ``input_tokens_details.ca
                              ``cache_write_tokens`` (split by retention in ``cache_write_tokens_details``).
 Gemini (OpenAI endpoint)     as OpenAI, but thinking tokens are left out of ``completion_tokens`` and
                              counted in ``total_tokens``: output is ``total_tokens - prompt_tokens``.
+xAI (chat)                   as Gemini (its reasoning tokens are also in ``completion_tokens_details``).
 DeepSeek (chat)              ``prompt_cache_hit_tokens`` + ``prompt_cache_miss_tokens`` = ``prompt_tokens``.
-Kimi / Moonshot (chat)       top-level ``cached_tokens`` (explicit context cache), or the OpenAI field.
+Kimi / Moonshot (chat)       top-level ``cached_tokens`` (explicit context cache), or the OpenAI fields
+                             (``cached_tokens``, ``cache_write_tokens`` in ``prompt_tokens_details``).
 Bailian / DashScope (chat)   ``cached_tokens`` as OpenAI; explicit-cache writes in
                              ``cache_creation_input_tokens`` / ``cache_creation`` (in
                              ``prompt_tokens_details`` or at the top level).
@@ -44,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TOKEN_FIELDS", "UsageRecord", "normalize", "usage_of_body"]
+__all__ = ["TOKEN_FIELDS", "UsageRecord", "normalize", "price_context_of_body", "usage_of_body"]
 
 #: The billable token counts of a :class:`UsageRecord`, in a fixed order (storage, reports).
 TOKEN_FIELDS: tuple[str, ...] = ("uncached_input", "cache_write_5m", "cache_write_1h", "cache_read", "output")
@@ -223,7 +225,9 @@ def _writes(
     """Split ``total`` writes into the (standard, long) tiers using the ``split`` object when present."""
     if total is None:
         return None, None
-    if not r.has(*split):
+    if not (r.has(*split, short) or r.has(*split, long)):
+        # Absent, or a split by modality (text/image/audio tokens) rather than by retention: every
+        # write is at the standard tier, and the modality split is no reason to distrust the total.
         return total, 0
     long_count = r.count(*split, long)
     short_count = r.count(*split, short)
@@ -235,16 +239,30 @@ def _writes(
     return short_count, long_count
 
 
+# Providers whose completion_tokens leave thinking out (total_tokens shows it); genai-prices' xAI
+# extractor also adds completion_tokens_details.reasoning_tokens to xAI's output.
+_THINKING_OUTSIDE = frozenset({"gemini", "xai"})
+
+
 def _openai_chat(r: _Reader, provider: str) -> UsageRecord:
     output = r.count("completion_tokens", required=True)
     reasoning = r.info("completion_tokens_details", "reasoning_tokens")
-    if provider == "gemini" and output is not None and r.has("total_tokens") and r.has("prompt_tokens"):
-        # Gemini's OpenAI endpoint leaves thinking tokens out of completion_tokens but counts them in
-        # total_tokens; they bill as output, so output = total - prompt and the difference is reasoning.
+    if (
+        provider in _THINKING_OUTSIDE
+        and output is not None
+        and r.has("total_tokens")
+        and r.has("prompt_tokens")
+    ):
+        # Gemini's OpenAI endpoint and xAI leave thinking tokens out of completion_tokens but count them
+        # in total_tokens; they bill as output, so output = total - prompt and the difference is
+        # reasoning (xAI also reports it as completion_tokens_details.reasoning_tokens).
         total, prompt_count = r.count("total_tokens"), r.count("prompt_tokens")
         if total is not None and prompt_count is not None and total > prompt_count + output:
             thinking = total - prompt_count - output
-            output, reasoning = output + thinking, (reasoning or 0) + thinking
+            output = output + thinking
+            reasoning = (
+                thinking if provider == "xai" and reasoning == thinking else (reasoning or 0) + thinking
+            )
     if r.has("prompt_cache_hit_tokens") or r.has("prompt_cache_miss_tokens"):
         # DeepSeek: hit + miss = prompt_tokens.
         hit = r.count("prompt_cache_hit_tokens", required=True)
@@ -266,7 +284,14 @@ def _openai_chat(r: _Reader, provider: str) -> UsageRecord:
     w5: int | None
     w1: int | None
     if r.has(*details, "cache_write_tokens"):
-        w5, w1 = r.count(*details, "cache_write_tokens"), 0
+        # OpenAI (GPT-5.6+) and Kimi report writes here; a details object may split them.
+        w5, w1 = _writes(
+            r,
+            r.count(*details, "cache_write_tokens"),
+            (*details, "cache_write_tokens_details"),
+            "ttl_30m_tokens",
+            "ttl_12h_tokens",
+        )
     elif r.has(*details, "cache_creation_input_tokens") or r.has(*details, "cache_creation"):
         total = r.count(*details, "cache_creation_input_tokens", default=None)
         w5, w1 = _bailian_split(r, details, total)
@@ -356,3 +381,44 @@ def usage_of_body(provider: str, dialect: str, body: Mapping[str, Any]) -> Usage
     if usage is None:
         return UsageRecord.unknown(f"{provider}: no usage object in the response body")
     return normalize(provider, dialect, usage)
+
+
+# Values that mean "the standard price": not worth a price variant or a mention.
+_STANDARD = frozenset({"default", "standard", "auto", "global", "not_available"})
+
+
+def _option(value: Any) -> str | None:
+    return value if isinstance(value, str) and value and value not in _STANDARD else None
+
+
+def price_context_of_body(provider: str, dialect: str, body: Mapping[str, Any]) -> dict[str, str]:
+    """The options a response reports that change its price, as ``{key: value}`` for the price data.
+
+    OpenAI (both APIs) reports the ``service_tier`` that served the call (``flex``, ``priority``,
+    ``fast``...); Anthropic reports ``usage.service_tier`` (``batch`` becomes ``processing: batch``,
+    the batch price), ``usage.inference_geo`` (``us``) and ``usage.speed`` (``fast``). Standard
+    values (``default``, ``standard``, ``global``) are left out. Reading the response, not the
+    request, prices what actually ran (a request for a tier the project may not use falls back to
+    standard).
+    """
+    candidate: object = body
+    if type(candidate) is not dict and not isinstance(candidate, Mapping):
+        return {}
+    if isinstance(body.get("response"), Mapping):
+        body = body["response"]  # a Responses API response.completed event
+    context: dict[str, str] = {}
+    if dialect.startswith("anthropic"):
+        usage = body.get("usage")
+        if isinstance(usage, Mapping):
+            for key in ("service_tier", "inference_geo", "speed"):
+                value = _option(usage.get(key))
+                if value is not None:
+                    context[key] = value
+        if context.get("service_tier") == "batch":  # a Message Batches result: the batch price
+            del context["service_tier"]
+            context["processing"] = "batch"
+        return context
+    tier = _option(body.get("service_tier"))
+    if tier is not None:
+        context["service_tier"] = tier
+    return context

@@ -185,12 +185,13 @@ def _source(url: str | None, date: str | None) -> str:
 
 def providers_table(_: str | None = None) -> str:
     """The provider table: routing, answer-changing headers, and which data rows exist."""
-    from cachekit.cost import default_prices
+    from cachekit.cost import default_prices, genai
     from cachekit.providers import PROVIDERS
     from cachekit.providers.cache_rules import default_cache_rules
 
     ruled = set(default_cache_rules().providers)
     priced = {row.provider for row in default_prices()}
+    priced.update(p.name for p in PROVIDERS if genai.pricing_pages(p.name) is not None)
     rows = [
         [
             f"`{p.name}`",
@@ -279,13 +280,22 @@ def _duration(seconds: float) -> str:
 
 def prices_table(provider: str | None) -> str:
     """One provider's prices (USD per million tokens) with source and date."""
-    from cachekit.cost import default_prices
+    from cachekit.cost import default_prices, genai
 
     table = default_prices()
     name = _known(provider, _provider_names(), "prices")
     rows = [r for r in table if r.provider == name]
+    pages = genai.pricing_pages(name)
+    lead = ""
+    if pages is not None:
+        lead = (
+            "Priced by [genai-prices](cost.md#where-prices-come-from), at each call's date, from "
+            + ", ".join(f"<{url}>" for url in pages)
+            + "; `cachekit prices MODEL` shows a model's prices and their source."
+            + (" The bundled rows below price what it lacks, or every call without it.\n\n" if rows else "")
+        )
     if not rows:
-        return (
+        return lead or (
             f"cachekit's price table (`cachekit/cost/prices.json`) has no row for `{name}`: its calls "
             "are recorded in the ledger with their token counts and no cost (never as 0). To price "
             "them, load a table with your own rows, `PriceTable.load(overrides=[...])`, and give it to "
@@ -323,7 +333,7 @@ def prices_table(provider: str | None) -> str:
         "batch multiplier",
         "source, checked",
     ]
-    return "USD per million tokens.\n\n" + _table(header, body)
+    return lead + "USD per million tokens.\n\n" + _table(header, body)
 
 
 def _price(value: float | None) -> str:
