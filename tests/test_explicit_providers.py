@@ -100,7 +100,8 @@ def test_writes_are_reported_in_cache_write_tokens_and_reads_in_cached_tokens(cl
     # token rate ... OpenAI reports writes in cache_write_tokens and reads in cached_tokens".
     messages = [_system(), {"role": "user", "content": "Where is my refund?"}]
     total, read, written = _details(client.chat(messages=messages, prompt_cache_options={"mode": "explicit"}))
-    assert read == 0 and 1000 < written < total
+    assert read == 0
+    assert 1000 < written < total
     client.clock.advance(60)
     again = [_system(), {"role": "user", "content": "And my booking?"}]
     total2, read2, written2 = _details(client.chat(messages=again, prompt_cache_options={"mode": "explicit"}))
@@ -143,7 +144,8 @@ def test_implicit_mode_writes_at_the_newest_user_message(client: Client) -> None
     client.clock.advance(10)
     changed = [_system(marked=False), {"role": "user", "content": "Something else entirely"}]
     total2, read2, written2 = _details(client.chat(messages=changed))
-    assert read2 == 0 and written2 == total2  # the stable prefix alone is no hit
+    assert read2 == 0  # the stable prefix alone is no hit
+    assert written2 == total2
     client.clock.advance(10)
     extended = [*first, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "More"}]
     _, read3, _ = _details(client.chat(messages=extended))
@@ -239,7 +241,8 @@ def test_a_12h_entry_outlives_30_minutes_and_a_30m_one_does_not(client: Client) 
 
 
 def test_chat_refuses_a_12h_request_ttl(client: Client) -> None:
-    # API reference (Chat prompt_cache_options.ttl): "Defaults to 30m, which is currently the only supported value."
+    # API reference (Chat prompt_cache_options.ttl): "Defaults to 30m, which is currently the only
+    # supported value."
     with pytest.raises(openai.BadRequestError):
         client.chat(messages=[_system()], prompt_cache_options={"mode": "explicit", "ttl": "12h"})
 
@@ -458,7 +461,9 @@ def test_replay_cachekit_beats_every_openai_policy(layout: str, gap: float) -> N
     assert all(list(r.to_json()) == list(results[0].to_json()) and len(r.to_json()) == 10 for r in results)
     assert all(not r.errors for r in results)
     best = by_policy["cachekit"].savings_efficiency
-    assert best is not None and best >= 0.95
+    assert best is not None
+    assert best >= 0.95
     for name in ("none", "implicit", "last"):
         other = by_policy[name].savings_efficiency
-        assert other is not None and best > other
+        assert other is not None
+        assert best > other
