@@ -403,7 +403,7 @@ def _replay_openai(args: argparse.Namespace) -> dict[str, Any]:
     """The OpenAI layout and a price file, when given (``--layout``, ``--prices``)."""
     from cachekit.cost.prices import PriceTable
 
-    extra: dict[str, Any] = {"layout": args.layout} if args.provider == "openai" else {}
+    extra: dict[str, Any] = {"layout": args.layout} if args.provider != "anthropic" else {}
     if args.prices is not None:
         extra["prices"] = PriceTable.load(overrides=args.prices)
     return extra
@@ -457,7 +457,7 @@ def _add_replay(commands: Any) -> None:
     replay.add_argument("traces", metavar="TRACES.jsonl", help="one conversation per line (Anthropic layout)")
     replay.add_argument(
         "--provider",
-        choices=("anthropic", "openai"),
+        choices=("anthropic", "openai", "bailian"),
         default="anthropic",
         help="the API the traces are replayed through (default: %(default)s)",
     )

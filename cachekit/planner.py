@@ -652,7 +652,8 @@ class Planner:
 
     Bailian's explicit cache replaces its implicit one for the request (they are mutually exclusive,
     and the implicit one has no write premium), so Bailian requests are planned only when the caller
-    already uses explicit markers.
+    already uses explicit markers, except on Qwen4, whose explicit cache (automatic caching, 5m and
+    1h lifetimes) is the one Model Studio recommends for deterministic hits.
     """
 
     estimator: TokenEstimator = field(default_factory=TokenEstimator)
@@ -709,7 +710,9 @@ class Planner:
                 return Applied(body, estimate=estimate, model=model)
             key = prompt_cache_key(dialect, body)
             return Applied({**body, "prompt_cache_key": key}, None, key, estimate, model, True)
-        if rules.provider == "bailian" and not any(b.marker is not None or b.nested for b in blocks):
+        # Qwen4's explicit cache (automatic caching, 5m/1h) is planned like Anthropic's.
+        caller_uses_it = any(b.marker is not None or b.nested for b in blocks)
+        if rules.provider == "bailian" and not rules.automatic_caching and not caller_uses_it:
             return Applied(body, estimate=estimate, model=model)
         blocks = rebind(dialect, body, blocks, rules)
         ratio = self.estimator.ratio(model)

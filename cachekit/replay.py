@@ -37,7 +37,7 @@ from cachekit.blocks import cache_context, prompt_blocks
 from cachekit.cost.prices import PriceTable, default_prices
 from cachekit.cost.usage import UsageRecord, usage_of_body
 from cachekit.planner import add_marker
-from cachekit.replay_layouts import OPENAI_POLICIES, Layout, apply_openai_policy, dialect_of, rewrite
+from cachekit.replay_layouts import Layout, apply_openai_policy, dialect_of, policies_of, rewrite
 
 __all__ = [
     "POLICIES",
@@ -285,6 +285,12 @@ class _Prices:
         return priced.total_usd, priced.no_cache_usd
 
 
+_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "bailian": "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
+}
+
+
 def _send(
     client: Any, policy: str, body: dict[str, Any], layout: Layout | None, provider: str
 ) -> UsageRecord:
@@ -350,9 +356,9 @@ def _replay_policy(
     from cachekit.local import LocalBackend, LocalTransport, ManualClock, ScriptedEngine
 
     clock = ManualClock()
-    backend = LocalBackend(
-        ScriptedEngine(tokenizer), rules="anthropic" if layout is None else "auto", clock=clock
-    )
+    # Model Studio's explicit cache: the Anthropic-style rules on its OpenAI-compatible API.
+    rules = "auto" if provider == "openai" else "anthropic"
+    backend = LocalBackend(ScriptedEngine(tokenizer), rules=rules, clock=clock)
     config = CacheConfig(
         store="memory://",
         enabled=False,  # prompt caching only: a repeated request must reach the backend
@@ -370,7 +376,7 @@ def _replay_policy(
     if layout is None:
         client: Any = cachekit.Anthropic(base_url="http://replay.invalid", **options)
     else:  # OpenAI's own host name: its rules plan the first request too
-        client = cachekit.OpenAI(base_url="https://api.openai.com/v1", **options)
+        client = cachekit.OpenAI(base_url=_BASE_URLS[provider], **options)
     result = PolicyResult(policy)
     try:
         for conversation in conversations:
@@ -415,7 +421,8 @@ def replay(
     the line and request); the replay goes on with the next conversation. Needs the ``anthropic`` extra.
     ``progress`` is called as ``progress("replaying", done, total)``, counting each conversation once
     per policy. ``provider="openai"`` replays in an OpenAI ``layout`` (``chat`` by default, or
-    ``responses``; :mod:`cachekit.replay_layouts`) with :data:`OPENAI_POLICIES`.
+    ``responses``; :mod:`cachekit.replay_layouts`) with its policies (``provider="bailian"``: Model
+    Studio, Chat Completions).
     """
     try:
         import anthropic  # noqa: F401 - only checked here, for a clear message
@@ -426,14 +433,13 @@ def replay(
         raise MissingExtraError("anthropic", "anthropic", "cachekit replay") from error
     from cachekit.tokens import encoding
 
-    if provider not in ("anthropic", "openai"):
-        raise ValueError(
-            f"replay speaks the Anthropic and OpenAI APIs; provider {provider!r} is not supported"
-        )
-    if provider == "openai":
-        layout = layout or "chat"
-        policies = OPENAI_POLICIES if policies is POLICIES else policies
-    known = POLICIES if layout is None else OPENAI_POLICIES
+    if provider not in ("anthropic", *_BASE_URLS):
+        raise ValueError(f"replay speaks Anthropic's, OpenAI's and Model Studio's APIs, not {provider!r}")
+    if provider != "anthropic":
+        # Model Studio's explicit cache takes markers on Chat Completions only.
+        layout = "chat" if provider == "bailian" else layout or "chat"
+        policies = policies_of(provider) if policies is POLICIES else policies
+    known = POLICIES if layout is None else policies_of(provider)
     for policy in policies:
         if policy not in known:
             raise ValueError(f"unknown policy {policy!r}; one of {', '.join(known)}")

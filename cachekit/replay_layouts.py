@@ -27,13 +27,29 @@ from cachekit.planner import add_marker
 from cachekit.providers.breakpoints import rebind
 from cachekit.providers.cache_rules import cache_rules
 
-__all__ = ["LAYOUTS", "OPENAI_POLICIES", "Layout", "apply_openai_policy", "dialect_of", "rewrite"]
+__all__ = [
+    "LAYOUTS",
+    "OPENAI_POLICIES",
+    "Layout",
+    "apply_openai_policy",
+    "dialect_of",
+    "policies_of",
+    "rewrite",
+]
 
 Layout = Literal["chat", "responses"]
 #: The request layouts an OpenAI replay can use.
 LAYOUTS: tuple[Layout, ...] = ("chat", "responses")
 #: The breakpoint policies of an OpenAI-style explicit cache.
 OPENAI_POLICIES = ("none", "implicit", "last", "cachekit")
+# Model Studio (Bailian) has no implicit breakpoint: its implicit cache is another mode, not billed
+# by the local backend.
+_BAILIAN_POLICIES = ("none", "last", "cachekit")
+
+
+def policies_of(provider: str) -> tuple[str, ...]:
+    """The policies a replay through ``provider``'s OpenAI-compatible API compares."""
+    return _BAILIAN_POLICIES if provider == "bailian" else OPENAI_POLICIES
 
 
 def dialect_of(layout: Layout) -> str:
@@ -167,13 +183,14 @@ def apply_openai_policy(
     """``body`` (already in ``layout``) as a client following ``policy`` sends it."""
     if policy in ("implicit", "cachekit"):
         return body
-    explicit = {**body, "prompt_cache_options": {"mode": "explicit"}}
+    rules = cache_rules(provider, str(body["model"]))
+    # Turning OpenAI's implicit breakpoint off; Model Studio has none.
+    explicit = {**body, "prompt_cache_options": {"mode": "explicit"}} if rules.implicit_breakpoint else body
     if policy == "none":
         return explicit
     if policy == "last":
-        rules = cache_rules(provider, str(body["model"]))
         dialect = dialect_of(layout)
         blocks = rebind(dialect, body, prompt_blocks(dialect, body), rules)
         eligible = [b for b in blocks if b.eligible]
         return add_marker(explicit, eligible[-1].where, "5m", rules) if eligible else explicit
-    raise ValueError(f"unknown policy {policy!r}; one of {', '.join(OPENAI_POLICIES)}")
+    raise ValueError(f"unknown policy {policy!r}; one of {', '.join(policies_of(provider))}")
