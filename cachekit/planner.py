@@ -452,6 +452,23 @@ def plan_breakpoints(
     return Plan(planned, tuple(placements), len(taken), tuple(notes), writes)
 
 
+def _routed(provider: str, dialect: str, body: dict[str, Any], model: str) -> Applied | None:
+    """xAI: its Chat Completions route a conversation to one cache server by the ``x-grok-conv-id``
+    header, its Responses API by ``prompt_cache_key`` ("It functions identically to setting
+    x-grok-conv-id"); set from the stable prefix's hash as for OpenAI, the caller's own kept."""
+    from cachekit.providers.registry import PROVIDERS
+
+    header = next((p.routing_header for p in PROVIDERS if p.name == provider), None)
+    if header is None or not dialect.startswith("openai"):
+        return None
+    if dialect == "openai_chat":
+        return Applied(body, model=model, headers=((header, prompt_cache_key(dialect, body)),), changed=True)
+    if body.get("prompt_cache_key") is not None:
+        return Applied(body, model=model)
+    key = prompt_cache_key(dialect, body)
+    return Applied({**body, "prompt_cache_key": key}, None, key, model=model, changed=True)
+
+
 def _multipliers(provider: str, model: str) -> tuple[float, float]:
     """(write, read) multipliers of the input price from the price table, else the documented 1.25
     and 0.1 (OpenAI: "cache writes cost 1.25x the uncached input token rate")."""
@@ -632,11 +649,15 @@ class Applied:
     model: str = ""
     changed: bool = False
     pending: _Pending | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = ()
+    """Request headers cachekit adds upstream unless the caller set them (xAI's ``x-grok-conv-id``)."""
 
     def header(self) -> str:
         """The ``x-cachekit-breakpoints`` response header value."""
         if self.plan is not None:
             return self.plan.header()
+        if self.headers:
+            return ", ".join(f"{name}={value}" for name, value in self.headers)
         if self.cache_key is not None:
             return f"prompt_cache_key={self.cache_key}"
         return "none"
@@ -694,8 +715,9 @@ class Planner:
         if not isinstance(model, str) or not model:
             return Applied(body)
         rules = self.rules(provider, model)
-        if rules is None:
-            return Applied(body, model=model)
+        routed = _routed(provider, dialect, body, model)
+        if rules is None or routed is not None:
+            return routed or Applied(body, model=model)
         if blocks is None:
             blocks = prompt_blocks(dialect, body)
         raw = self.estimator.counts(b.text for b in blocks)

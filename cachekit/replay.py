@@ -354,10 +354,11 @@ def _replay_policy(
     from cachekit.cache import Cache
     from cachekit.config import CacheConfig
     from cachekit.local import LocalBackend, LocalTransport, ManualClock, ScriptedEngine
+    from cachekit.local.backend import Rules
 
     clock = ManualClock()
     # Model Studio's explicit cache: the Anthropic-style rules on its OpenAI-compatible API.
-    rules = "auto" if provider == "openai" else "anthropic"
+    rules: Rules = "auto" if provider == "openai" else "anthropic"
     backend = LocalBackend(ScriptedEngine(tokenizer), rules=rules, clock=clock)
     config = CacheConfig(
         store="memory://",

@@ -528,3 +528,38 @@ def test_qwen4_is_planned_without_the_callers_markers() -> None:
     ]
     older = {**body, "model": "qwen3-max"}
     assert _planner().apply("bailian", "openai_chat", older, now=0.0).body == older
+
+
+# -- xAI: conversation routing -------------------------------------------------------------------
+
+
+def test_xai_chat_gets_x_grok_conv_id_and_responses_a_prompt_cache_key(harness: Any) -> None:
+    # https://docs.x.ai/developers/advanced-api-usage/prompt-caching/maximizing-cache-hits: "The
+    # x-grok-conv-id HTTP header routes requests with the same conversation ID to the same server"
+    # (Chat Completions); "For the Responses API, use the prompt_cache_key field ... It functions
+    # identically to setting x-grok-conv-id".
+    sdk = harness.sdk("openai").with_options(base_url="https://api.x.ai/v1")
+    messages = [{"role": "system", "content": STABLE}, {"role": "user", "content": "Hi"}]
+    sdk.call("chat.completions.create", model="grok-4.7", messages=messages)
+    sdk.call(
+        "chat.completions.create",
+        model="grok-4.7",
+        messages=[*messages[:1], {"role": "user", "content": "Other"}],
+    )
+    sdk.call(
+        "chat.completions.create",
+        model="grok-4.7",
+        messages=messages,
+        extra_headers={"x-grok-conv-id": "mine"},
+        temperature=0.5,
+    )
+    sdk.call("responses.create", model="grok-4.7", input="Hi", instructions=STABLE)
+    first, second, own, responses = harness.upstream.requests
+    assert first.headers["x-grok-conv-id"].startswith("ck-")
+    assert (
+        second.headers["x-grok-conv-id"] == first.headers["x-grok-conv-id"]
+    )  # one stable prefix, one server
+    assert own.headers["x-grok-conv-id"] == "mine"  # the caller's own is kept
+    assert "prompt_cache_key" not in orjson.loads(first.body)
+    assert orjson.loads(responses.body)["prompt_cache_key"].startswith("ck-")
+    assert "x-grok-conv-id" not in responses.headers

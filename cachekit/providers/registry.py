@@ -50,6 +50,10 @@ class Provider:
     hosts: tuple[str, ...]
     dialects: frozenset[Dialect]
     key_headers: tuple[str, ...]
+    routing_header: str | None = None
+    """The Chat Completions header that routes a conversation to one cache server, as OpenAI's
+    ``prompt_cache_key`` does (xAI: "The x-grok-conv-id HTTP header routes requests with the same
+    conversation ID to the same server", docs.x.ai, Prompt Caching, Maximizing Cache Hits)."""
 
 
 PROVIDERS: tuple[Provider, ...] = (
@@ -76,7 +80,7 @@ PROVIDERS: tuple[Provider, ...] = (
         _OPENAI_KEY_HEADERS,
     ),
     Provider("gemini", ("generativelanguage.googleapis.com",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
-    Provider("xai", ("api.x.ai",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
+    Provider("xai", ("api.x.ai",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS, "x-grok-conv-id"),
 )
 
 _BY_HOST: dict[str, Provider] = {host: p for p in PROVIDERS for host in p.hosts}
