@@ -563,3 +563,34 @@ def test_xai_chat_gets_x_grok_conv_id_and_responses_a_prompt_cache_key(harness: 
     assert "prompt_cache_key" not in orjson.loads(first.body)
     assert orjson.loads(responses.body)["prompt_cache_key"].startswith("ck-")
     assert "x-grok-conv-id" not in responses.headers
+
+
+# -- the Anthropic-compatible endpoints, and the rules data ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "path", "provider"),
+    [
+        # Z.ai: "https://api.z.ai/api/anthropic" as ANTHROPIC_BASE_URL (its Claude Code guide); Model
+        # Studio: ".../apps/anthropic" ("agents and coding tools connect to Model Studio using the
+        # Anthropic protocol", https://www.alibabacloud.com/help/ja/model-studio/explicit-cache-guide).
+        ("api.z.ai", "/api/anthropic/v1/messages", "glm"),
+        ("dashscope-intl.aliyuncs.com", "/apps/anthropic/v1/messages", "bailian"),
+    ],
+)
+def test_anthropic_compatible_endpoints_are_their_providers(host: str, path: str, provider: str) -> None:
+    from cachekit.providers.registry import route_request
+
+    route = route_request("POST", "https", host, None, path)
+    assert route is not None
+    assert (route.provider, route.dialect) == (provider, "anthropic_messages")
+    assert "anthropic-version" in route.key_headers  # the Anthropic SDK's headers that change the answer
+
+
+def test_fable_5_and_mythos_5_take_a_million_tokens() -> None:
+    # https://platform.claude.com/docs/en/models/fable-5/overview: "Context window: 1M tokens"; "Claude
+    # Mythos 5 ... shares Claude Fable 5's specifications and pricing".
+    for model in ("claude-fable-5", "claude-mythos-5", "claude-fable-5-20260609"):
+        rules = cache_rules("anthropic", model)
+        assert rules.context_window == 1_000_000
+        assert rules.context_window_source == "https://platform.claude.com/docs/en/models/fable-5/overview"

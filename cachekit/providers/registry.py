@@ -72,12 +72,18 @@ PROVIDERS: tuple[Provider, ...] = (
         _OPENAI_DIALECTS | _ANTHROPIC_DIALECTS,
         _OPENAI_KEY_HEADERS + _ANTHROPIC_KEY_HEADERS,
     ),
-    Provider("glm", ("open.bigmodel.cn", "api.z.ai"), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
+    # Z.ai (/api/anthropic) and Model Studio (/apps/anthropic) serve an Anthropic-compatible API too.
+    Provider(
+        "glm",
+        ("open.bigmodel.cn", "api.z.ai"),
+        _OPENAI_DIALECTS | _ANTHROPIC_DIALECTS,
+        _OPENAI_KEY_HEADERS + _ANTHROPIC_KEY_HEADERS,
+    ),
     Provider(
         "bailian",
         ("dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com", "dashscope-us.aliyuncs.com"),
-        _OPENAI_DIALECTS,
-        _OPENAI_KEY_HEADERS,
+        _OPENAI_DIALECTS | _ANTHROPIC_DIALECTS,
+        _OPENAI_KEY_HEADERS + _ANTHROPIC_KEY_HEADERS,
     ),
     Provider("gemini", ("generativelanguage.googleapis.com",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
     Provider("xai", ("api.x.ai",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS, "x-grok-conv-id"),
