@@ -59,7 +59,7 @@ from cachekit.providers.breakpoints import (
     parse_marker,
     rebind,
 )
-from cachekit.providers.cache_rules import CacheRules, UnknownProviderError, cache_rules
+from cachekit.providers.cache_rules import MARKER_FIELDS, CacheRules, UnknownProviderError, cache_rules
 from cachekit.tokens import TokenEstimator
 
 __all__ = [
@@ -497,8 +497,9 @@ def stable_first(dialect: str, body: dict[str, Any], volatile: Collection[str]) 
     in their own order, so the stable ones form a prefix that can be cached.
 
     Anthropic: blocks of a ``system`` list; Chat: the leading system/developer messages. Nothing moves
-    while a system block carries the caller's ``cache_control`` (cachekit never moves a caller's
-    marker), nor for a single block or the Responses API's one ``instructions`` string.
+    while a system block carries the caller's ``cache_control`` or ``prompt_cache_breakpoint``
+    (cachekit never moves a caller's marker), nor for a single block or the Responses API's one
+    ``instructions`` string.
     """
     if dialect in _ANTHROPIC_DIALECTS:
         system = body.get("system")
@@ -531,7 +532,8 @@ def stable_first(dialect: str, body: dict[str, Any], volatile: Collection[str]) 
         items, key = messages, "messages"
     else:
         return body
-    if not any(moved) or all(moved) or "cache_control" in orjson.dumps(items[: len(moved)]).decode():
+    rendered = orjson.dumps(items[: len(moved)]).decode()
+    if not any(moved) or all(moved) or any(f'"{name}"' in rendered for name in MARKER_FIELDS):
         return body
     stable = [item for item, gone in zip(items, moved, strict=False) if not gone]
     changing = [item for item, gone in zip(items, moved, strict=False) if gone]
@@ -575,9 +577,17 @@ class PlanMemory:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def recall(self, hashes: Sequence[bytes], stable: Sequence[int], now: float) -> Recall:
+    def recall(
+        self,
+        hashes: Sequence[bytes],
+        stable: Sequence[int],
+        now: float,
+        lifetimes: tuple[float, float] = (_FIVE_MINUTES, _ONE_HOUR),
+    ) -> Recall:
         """What is known about a request whose prefix hashes are ``hashes``; ``stable`` are the blocks
-        (tools end, system end) whose own recurrence decides their lifetime."""
+        (tools end, system end) whose own recurrence decides their lifetime. ``lifetimes``: the
+        provider's short and long lifetimes; a gap between them is a long one."""
+        short, long = lifetimes
         last_write: int | None = None
         conversation_gap: float | None = None
         long_gap: set[int] = set()
@@ -594,9 +604,9 @@ class PlanMemory:
                     break
             for index in stable:
                 entry = self._entries.get(hashes[index])
-                if entry is not None and _FIVE_MINUTES < now - entry.last_used <= _ONE_HOUR:
+                if entry is not None and short < now - entry.last_used <= long:
                     long_gap.add(index)
-        long_conversation = conversation_gap is not None and _FIVE_MINUTES < conversation_gap <= _ONE_HOUR
+        long_conversation = conversation_gap is not None and short < conversation_gap <= long
         return Recall(last_write, frozenset(long_gap), long_conversation)
 
     def record(
@@ -745,7 +755,8 @@ class Planner:
         )
         hashes = chain_hashes(blocks, root, context)
         stable = [i for i in (_section_end(blocks, "tools"), _section_end(blocks, "system")) if i is not None]
-        recall = self.memory.recall(hashes, stable, now)
+        # A gap is long past the provider's short lifetime (5 minutes; OpenAI's 30 minutes).
+        recall = self.memory.recall(hashes, stable, now, (rules.lifetime("5m"), rules.lifetime("1h")))
         changing = (
             frozenset(i for i, b in enumerate(blocks) if b.where in volatile) if volatile else frozenset()
         )

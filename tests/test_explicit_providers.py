@@ -540,7 +540,7 @@ def test_xai_chat_gets_x_grok_conv_id_and_responses_a_prompt_cache_key(harness: 
     # identically to setting x-grok-conv-id".
     sdk = harness.sdk("openai").with_options(base_url="https://api.x.ai/v1")
     messages = [{"role": "system", "content": STABLE}, {"role": "user", "content": "Hi"}]
-    sdk.call("chat.completions.create", model="grok-4.7", messages=messages)
+    raw = sdk.call("chat.completions.with_raw_response.create", model="grok-4.7", messages=messages)
     sdk.call(
         "chat.completions.create",
         model="grok-4.7",
@@ -556,6 +556,7 @@ def test_xai_chat_gets_x_grok_conv_id_and_responses_a_prompt_cache_key(harness: 
     sdk.call("responses.create", model="grok-4.7", input="Hi", instructions=STABLE)
     first, second, own, responses = harness.upstream.requests
     assert first.headers["x-grok-conv-id"].startswith("ck-")
+    assert raw.headers["x-cachekit-breakpoints"] == f"x-grok-conv-id={first.headers['x-grok-conv-id']}"
     assert (
         second.headers["x-grok-conv-id"] == first.headers["x-grok-conv-id"]
     )  # one stable prefix, one server
@@ -594,3 +595,38 @@ def test_fable_5_and_mythos_5_take_a_million_tokens() -> None:
         rules = cache_rules("anthropic", model)
         assert rules.context_window == 1_000_000
         assert rules.context_window_source == "https://platform.claude.com/docs/en/models/fable-5/overview"
+
+
+def test_a_callers_breakpoint_on_a_system_message_is_never_moved() -> None:
+    from cachekit.planner import stable_first
+
+    messages = [
+        {"role": "system", "content": "Today is 2026-12-03 10:04"},
+        {
+            "role": "system",
+            "content": [{"type": "text", "text": STABLE, "prompt_cache_breakpoint": BREAKPOINT}],
+        },
+        {"role": "user", "content": "Hi"},
+    ]
+    body = {"model": MODEL, "messages": messages}
+    assert stable_first("openai_chat", body, {"messages.0.content"}) is body
+    unmarked = {"model": MODEL, "messages": [messages[0], _system(marked=False), messages[2]]}
+    assert stable_first("openai_chat", unmarked, {"messages.0.content"})["messages"][0] == _system(
+        marked=False
+    )
+
+
+@pytest.mark.parametrize(("gap", "long"), [(360.0, False), (2400.0, True)])
+def test_a_gap_is_long_only_past_the_30_minute_lifetime(gap: float, long: bool) -> None:
+    # API reference: prompt_cache_options.ttl "Defaults to 30m"; a breakpoint's ttl '30m' | '12h'. A
+    # 6-minute gap is inside the 30-minute lifetime, so a 12h write would buy nothing.
+    planner = _planner()
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "system", "content": STABLE}, {"role": "user", "content": "Hi"}],
+    }
+    planner.commit(planner.apply("openai", "openai_chat", body, now=0.0))
+    later = {**body, "messages": [body["messages"][0], {"role": "user", "content": "Later"}]}
+    planned = planner.apply("openai", "openai_chat", later, now=gap).body
+    marker = planned["messages"][0]["content"][0]["prompt_cache_breakpoint"]
+    assert marker == ({"mode": "explicit", "ttl": "12h"} if long else {"mode": "explicit"})
