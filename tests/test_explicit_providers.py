@@ -630,3 +630,53 @@ def test_a_gap_is_long_only_past_the_30_minute_lifetime(gap: float, long: bool) 
     planned = planner.apply("openai", "openai_chat", later, now=gap).body
     marker = planned["messages"][0]["content"][0]["prompt_cache_breakpoint"]
     assert marker == ({"mode": "explicit", "ttl": "12h"} if long else {"mode": "explicit"})
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_cachekit_plans_gpt_5_6_requests_on_their_way_to_the_api(mode: str) -> None:
+    # End to end: the cachekit drop-in client (real openai SDK) to the local backend billing GPT-5.6's
+    # rules. The second conversation reads the first one's system prefix: only an explicit breakpoint
+    # there makes that possible ("exact match at a breakpoint"; the implicit one ends each conversation).
+    import cachekit
+    from cachekit.cache import Cache
+    from cachekit.config import CacheConfig
+
+    clock = ManualClock()
+    backend = LocalBackend(ScriptedEngine(encoding("o200k_base")), clock=clock)
+    config = CacheConfig(store="memory://", enabled=False, ledger=False, lint="off", breakpoints="auto")
+    transport = LocalTransport(backend)
+    loop = asyncio.new_event_loop() if mode == "async" else None
+    options: dict[str, Any] = {
+        "api_key": "sk-test",
+        "base_url": "https://api.openai.com/v1",
+        "max_retries": 0,
+    }
+    if loop is None:
+        sdk: Any = cachekit.OpenAI(
+            http_client=httpx2.Client(transport=transport), cache=Cache(config, clock=clock), **options
+        )
+    else:
+        sdk = cachekit.AsyncOpenAI(
+            http_client=httpx2.AsyncClient(transport=transport), cache=Cache(config, clock=clock), **options
+        )
+
+    def ask(question: str) -> Any:
+        call = sdk.chat.completions.with_raw_response.create(
+            model=MODEL,
+            messages=[{"role": "system", "content": STABLE}, {"role": "user", "content": question}],
+        )
+        return call if loop is None else loop.run_until_complete(call)
+
+    try:
+        first = ask("Where is my refund?")
+        clock.advance(30)
+        second = ask("Can I change my seat?")
+    finally:
+        if loop is None:
+            sdk.close()
+        else:
+            loop.run_until_complete(sdk.close())
+            loop.close()
+    assert first.headers["x-cachekit-breakpoints"].startswith("messages.0.content=")
+    details = second.parse().usage.prompt_tokens_details
+    assert details.cached_tokens > 1000  # the system prefix, written by the first request's breakpoint
