@@ -130,12 +130,15 @@ class Plan:
     writes: tuple[tuple[int, Ttl], ...] = ()
     """The markers of the planned body (the caller's and cachekit's) whose prefix reaches the model's
     minimum, as (block index, lifetime): the cache entries the request writes or refreshes."""
+    tier_names: tuple[str, str] = ("5m", "1h")
+    """The provider's names of the short and long lifetimes (OpenAI: 30m and 12h), for the header."""
 
     def header(self) -> str:
         """The ``x-cachekit-breakpoints`` header value: ``where=ttl/reason`` per added marker, or ``none``."""
         if not self.placements:
             return "none"
-        return ", ".join(f"{p.where}={p.ttl}/{p.reason}" for p in self.placements)
+        names = dict(zip(("5m", "1h"), self.tier_names, strict=True))
+        return ", ".join(f"{p.where}={names[p.ttl]}/{p.reason}" for p in self.placements)
 
 
 def _ttl_of(control: Any, where: str, rules: CacheRules) -> Ttl:
@@ -449,7 +452,8 @@ def plan_breakpoints(
         for index, ttl in sorted({**taken, **chosen}.items())
         if prefix[index] >= rules.min_cacheable_tokens
     )
-    return Plan(planned, tuple(placements), len(taken), tuple(notes), writes)
+    names = (rules.tier_name(_SHORT), rules.tier_name(_LONG))
+    return Plan(planned, tuple(placements), len(taken), tuple(notes), writes, names)
 
 
 def _routed(provider: str, dialect: str, body: dict[str, Any], model: str) -> Applied | None:

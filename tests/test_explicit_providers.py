@@ -677,6 +677,6 @@ def test_cachekit_plans_gpt_5_6_requests_on_their_way_to_the_api(mode: str) -> N
         else:
             loop.run_until_complete(sdk.close())
             loop.close()
-    assert first.headers["x-cachekit-breakpoints"].startswith("messages.0.content=")
+    assert first.headers["x-cachekit-breakpoints"] == "messages.0.content=30m/system"  # OpenAI's name
     details = second.parse().usage.prompt_tokens_details
     assert details.cached_tokens > 1000  # the system prefix, written by the first request's breakpoint
