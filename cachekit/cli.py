@@ -468,7 +468,9 @@ def _add_replay(commands: Any) -> None:
         help="--provider openai: Chat Completions or Responses requests (default: %(default)s)",
     )
     replay.add_argument(
-        "--prices", metavar="JSON", help="price rows merged over the bundled table (a file of rows)"
+        "--prices",
+        metavar="JSON",
+        help="a file of price rows merged over the bundled table (default: the bundled table alone)",
     )
     replay.add_argument(
         "--model", default="claude-sonnet-4-5", help="prices and cache rules (default: %(default)s)"
