@@ -701,9 +701,13 @@ class Planner:
     1.25 and 0.1, the write premium and read discount the providers document)."""
 
     def rules(self, provider: str, model: str) -> CacheRules | None:
-        """The caching rules of ``provider``'s ``model``, or ``None`` when cachekit has none."""
+        """The caching rules of ``provider``'s ``model`` (those of the provider it follows, for Azure
+        OpenAI), or ``None`` when cachekit has none."""
+        from cachekit.providers.registry import PROVIDERS
+
+        same = next((p.rules_as for p in PROVIDERS if p.name == provider and p.rules_as), provider)
         try:
-            return self.rules_for(provider, model)
+            return self.rules_for(same, model)
         except UnknownProviderError:
             return None
 
@@ -765,7 +769,12 @@ class Planner:
             frozenset(i for i, b in enumerate(blocks) if b.where in volatile) if volatile else frozenset()
         )
         plan = self._plan(dialect, body, blocks, tokens, rules, recall, changing, partition)
-        if provider == "openai" and dialect.startswith("openai") and body.get("prompt_cache_key") is None:
+        # OpenAI's own, and Azure's for the GPT-5.6 family ("set the prompt_cache_key parameter").
+        if (
+            rules.provider == "openai"
+            and dialect.startswith("openai")
+            and body.get("prompt_cache_key") is None
+        ):
             # Kept on GPT-5.6 and later: it still routes requests that share a prefix together.
             key = prompt_cache_key(dialect, body)
             plan = dataclasses.replace(plan, body={**plan.body, "prompt_cache_key": key})

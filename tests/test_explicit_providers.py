@@ -680,3 +680,22 @@ def test_cachekit_plans_gpt_5_6_requests_on_their_way_to_the_api(mode: str) -> N
     assert first.headers["x-cachekit-breakpoints"] == "messages.0.content=30m/system"  # OpenAI's name
     details = second.parse().usage.prompt_tokens_details
     assert details.cached_tokens > 1000  # the system prefix, written by the first request's breakpoint
+
+
+def test_azure_openai_gets_the_gpt_5_6_breakpoints_and_cache_key(harness: Any) -> None:
+    # https://learn.microsoft.com/en-ca/Azure/foundry/openai/how-to/prompt-caching: "On GPT-5.6 models
+    # and later model families, cache writes can incur charges"; "On GPT-5.6 models and later model
+    # families, set the prompt_cache_key parameter"; the Foundry SDK's PromptCacheBreakpointConfig:
+    # "Marks the exact end of a reusable prompt prefix" (mode "explicit", ttl "30m" | "12h").
+    from cachekit.providers.registry import route_request
+
+    route = route_request("POST", "https", "contoso.openai.azure.com", None, "/openai/v1/chat/completions")
+    assert route is not None
+    assert route.provider == "azure"
+    sdk = harness.sdk("openai").with_options(base_url="https://contoso.openai.azure.com/openai/v1")
+    messages = [{"role": "system", "content": STABLE}, {"role": "user", "content": "Hi"}]
+    sdk.call("chat.completions.create", model=MODEL, messages=messages)
+    sent = orjson.loads(harness.upstream.requests[-1].body)
+    assert sent["messages"][0]["content"][0]["prompt_cache_breakpoint"] == BREAKPOINT
+    assert sent["prompt_cache_key"].startswith("ck-")
+    assert "cache_control" not in orjson.dumps(sent).decode()
