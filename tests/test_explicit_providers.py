@@ -699,3 +699,31 @@ def test_azure_openai_gets_the_gpt_5_6_breakpoints_and_cache_key(harness: Any) -
     assert sent["messages"][0]["content"][0]["prompt_cache_breakpoint"] == BREAKPOINT
     assert sent["prompt_cache_key"].startswith("ck-")
     assert "cache_control" not in orjson.dumps(sent).decode()
+
+
+@pytest.mark.parametrize("field", ["prompt_cache_breakpoint", "cache_control"])
+def test_qwen4_takes_either_breakpoint_field(field: str) -> None:
+    # https://help.aliyun.com/zh/model-studio/explicit-cache-qwen4: add prompt_cache_breakpoint
+    # {"mode": "explicit"} on the content block to cache; "the existing cache_control content block
+    # markers remain compatible, used the same way as prompt_cache_breakpoint"; "the cache prefix is at
+    # least 1,024 tokens".
+    backend = LocalBackend(ScriptedEngine(encoding("o200k_base")), rules="anthropic", clock=ManualClock())
+    sdk = openai.OpenAI(
+        api_key="sk-test",
+        base_url="http://local.invalid/v1",
+        http_client=httpx2.Client(transport=LocalTransport(backend)),
+    )
+    marker = BREAKPOINT if field == "prompt_cache_breakpoint" else {"type": "ephemeral"}
+    system = {"role": "system", "content": [{"type": "text", "text": STABLE, field: marker}]}
+    try:
+        first = sdk.chat.completions.create(
+            model="qwen4-plus", messages=[system, {"role": "user", "content": "a"}]
+        )
+        second = sdk.chat.completions.create(
+            model="qwen4-plus", messages=[system, {"role": "user", "content": "b"}]
+        )
+    finally:
+        sdk.close()
+    written = first.model_dump()["usage"]["prompt_tokens_details"]["cache_creation_input_tokens"]
+    assert written > 1000
+    assert second.usage.prompt_tokens_details.cached_tokens == written
