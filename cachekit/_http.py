@@ -61,11 +61,14 @@ def _reason(library: ModuleType, status: int) -> bytes:
     return reason
 
 
-def rebuild_request(request: Request, content: bytes) -> Request:
-    """A copy of ``request`` with a new body (and a matching ``Content-Length``)."""
+def rebuild_request(request: Request, content: bytes, add: tuple[tuple[str, str], ...] = ()) -> Request:
+    """A copy of ``request`` with a new body (and a matching ``Content-Length``), and the ``add``
+    headers it does not have yet (a caller's own value is kept)."""
     headers = request.headers.copy()
     headers.pop("content-length", None)
     headers.pop("transfer-encoding", None)
+    for name, value in add:
+        headers.setdefault(name, value)
     return library_of(request).Request(
         request.method, request.url, headers=headers, content=content, extensions=request.extensions
     )

@@ -371,6 +371,7 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
                 policies=args.policy or POLICIES,
                 gap_seconds=args.gap_seconds,
                 progress=progress,
+                **_replay_openai(args),
             )
     except (OSError, ValueError, MissingExtraError) as exc:
         sys.stderr.write(f"cachekit replay: {exc}\n")
@@ -397,6 +398,16 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
             f"{'-' if efficiency is None else f'{efficiency:.3f}':>12}\n"
         )
     return 0
+
+
+def _replay_openai(args: argparse.Namespace) -> dict[str, Any]:
+    """The OpenAI layout and a price file, when given (``--layout``, ``--prices``)."""
+    from cachekit.cost.prices import PriceTable
+
+    extra: dict[str, Any] = {"layout": args.layout} if args.provider != "anthropic" else {}
+    if args.prices is not None:
+        extra["prices"] = PriceTable.load(overrides=args.prices)
+    return extra
 
 
 def _add_demo(commands: Any) -> None:
@@ -447,9 +458,20 @@ def _add_replay(commands: Any) -> None:
     replay.add_argument("traces", metavar="TRACES.jsonl", help="one conversation per line (Anthropic layout)")
     replay.add_argument(
         "--provider",
-        choices=("anthropic",),
+        choices=("anthropic", "openai", "bailian"),
         default="anthropic",
         help="the API the traces are replayed through (default: %(default)s)",
+    )
+    replay.add_argument(
+        "--layout",
+        choices=("chat", "responses"),
+        default="chat",
+        help="--provider openai: Chat Completions or Responses requests (default: %(default)s)",
+    )
+    replay.add_argument(
+        "--prices",
+        metavar="JSON",
+        help="a file of price rows merged over the bundled table (default: the bundled table alone)",
     )
     replay.add_argument(
         "--model", default="claude-sonnet-4-5", help="prices and cache rules (default: %(default)s)"
@@ -457,8 +479,8 @@ def _add_replay(commands: Any) -> None:
     replay.add_argument(
         "--policy",
         action="append",
-        choices=POLICIES,
-        help="a policy to replay (repeatable; default: all)",
+        choices=(*POLICIES, "implicit"),
+        help="a policy to replay (repeatable; default: all; openai: none, implicit, last, cachekit)",
     )
     replay.add_argument(
         "--gap-seconds", type=float, default=5.0, help="seconds between requests (default: %(default)g)"

@@ -1417,7 +1417,7 @@ class Pipeline:
             if not applied.changed:
                 return _Shaped(request, applied, applied.header())
             self.stats.add("planned")
-            upstream = rebuild_request(request, canonical.dumps(applied.body, route.dialect))
+            upstream = rebuild_request(request, canonical.dumps(applied.body, route.dialect), applied.headers)
             return _Shaped(upstream, applied, applied.header())
         except PlanError as exc:
             # The provider will refuse the request with its own 400; it goes as the caller wrote it.

@@ -37,6 +37,7 @@ not take it).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -50,7 +51,15 @@ import orjson
 
 from cachekit._types import Ttl
 from cachekit.blocks import Block, cache_context, chain_hashes, lookback_positions, prompt_blocks
-from cachekit.providers.cache_rules import CacheRules, UnknownProviderError, cache_rules
+from cachekit.providers.breakpoints import (
+    TailOdds,
+    implicit_mode,
+    implicit_target,
+    marker_value,
+    parse_marker,
+    rebind,
+)
+from cachekit.providers.cache_rules import MARKER_FIELDS, CacheRules, UnknownProviderError, cache_rules
 from cachekit.tokens import TokenEstimator
 
 __all__ = [
@@ -121,15 +130,26 @@ class Plan:
     writes: tuple[tuple[int, Ttl], ...] = ()
     """The markers of the planned body (the caller's and cachekit's) whose prefix reaches the model's
     minimum, as (block index, lifetime): the cache entries the request writes or refreshes."""
+    tier_names: tuple[str, str] = ("5m", "1h")
+    """The provider's names of the short and long lifetimes (OpenAI: 30m and 12h), for the header."""
 
     def header(self) -> str:
         """The ``x-cachekit-breakpoints`` header value: ``where=ttl/reason`` per added marker, or ``none``."""
         if not self.placements:
             return "none"
-        return ", ".join(f"{p.where}={p.ttl}/{p.reason}" for p in self.placements)
+        names = dict(zip(("5m", "1h"), self.tier_names, strict=True))
+        return ", ".join(f"{p.where}={names[p.ttl]}/{p.reason}" for p in self.placements)
 
 
 def _ttl_of(control: Any, where: str, rules: CacheRules) -> Ttl:
+    if rules.markers[0] != "cache_control":
+        tier = parse_marker(control, rules)
+        if tier is None:
+            options = ", ".join(repr(name) for name in rules.ttl_seconds)
+            raise PlanError(
+                f"{where}.{rules.markers[0]}: must be {{'mode': 'explicit'}} with a ttl of {options}"
+            )
+        return tier
     if not isinstance(control, dict) or control.get("type") != "ephemeral":
         raise PlanError(f"{where}.cache_control: type must be 'ephemeral'")
     ttl = control.get("ttl", _SHORT)
@@ -166,7 +186,9 @@ class _Census:
         return sorted(keyed, key=lambda item: item[0])
 
 
-def _census(body: dict[str, Any], blocks: Sequence[Block], rules: CacheRules) -> _Census:
+def _census(
+    body: dict[str, Any], blocks: Sequence[Block], rules: CacheRules, implicit: int | None = None
+) -> _Census:
     """The caller's markers, checked as the API checks them: eligibility, lifetimes, the limit, order.
 
     A marker counts wherever it sits: on a block, or nested in one at any depth (a document's
@@ -188,7 +210,11 @@ def _census(body: dict[str, Any], blocks: Sequence[Block], rules: CacheRules) ->
         named.append(block.where)
     automatic: Ttl | None = None
     target: int | None = None
-    if body.get("cache_control") is not None:
+    if implicit is not None:
+        # The provider's own breakpoint (OpenAI's implicit mode) takes a write, like a top-level marker.
+        automatic, target = _SHORT, implicit
+        named.append("(implicit)")
+    elif body.get("cache_control") is not None:
         if not rules.automatic_caching:
             raise PlanError(f"cache_control: a top-level cache_control is not supported by {rules.provider}")
         automatic = _ttl_of(body["cache_control"], "(top level)", rules)
@@ -205,7 +231,8 @@ def _census(body: dict[str, Any], blocks: Sequence[Block], rules: CacheRules) ->
     census = _Census(marked, tuple(nested), target, automatic)
     count = len(census.taken()) + len(nested) + (1 if automatic is not None and target is None else 0)
     limit = rules.max_breakpoints or 0
-    if count > limit:
+    # Where the provider writes only the latest breakpoints (OpenAI), more is no error; none are added.
+    if count > limit and rules.over_limit == "error":
         raise PlanError(f"{count} cache_control markers, at most {limit} allowed: {', '.join(named)}")
     _check_order(census, blocks, rules)
     return census
@@ -214,8 +241,8 @@ def _census(body: dict[str, Any], blocks: Sequence[Block], rules: CacheRules) ->
 def _check_order(census: _Census, blocks: Sequence[Block], rules: CacheRules) -> None:
     """1-hour markers before 5-minute ones, in prefix order (the API refuses the request otherwise)."""
     shortest = float("inf")
-    for (index, _), ttl, where in census.fixed():
-        seconds = rules.ttl(ttl)
+    for (index, _), ttl, where in census.fixed() if rules.ttl_order else ():
+        seconds = rules.lifetime(ttl)
         if seconds > shortest:
             name = where or blocks[index].where
             raise PlanError(f"{name}: a ttl='1h' marker must not come after a ttl='5m' one")
@@ -269,21 +296,29 @@ def _stable_system_end(blocks: Sequence[Block], volatile: frozenset[int]) -> int
     return end if end is not None and blocks[end].section == "system" else None
 
 
-def _cache_control(ttl: Ttl) -> dict[str, str]:
-    # 5 minutes is the default lifetime: written as callers write it, without a ttl field.
-    return {"type": "ephemeral"} if ttl == _SHORT else {"type": "ephemeral", "ttl": _LONG}
+def _cache_control(ttl: Ttl, rules: CacheRules | None = None) -> tuple[str, dict[str, str]]:
+    # The short lifetime is the default: written as callers write it, without a ttl field.
+    if rules is None:
+        return "cache_control", (
+            {"type": "ephemeral"} if ttl == _SHORT else {"type": "ephemeral", "ttl": _LONG}
+        )
+    return rules.markers[0], marker_value(ttl, rules)
 
 
 def _path(where: str) -> list[str | int]:
     return [int(part) if part.isdigit() else part for part in where.split(".")]
 
 
-def add_marker(body: dict[str, Any], where: str, ttl: Ttl = "5m") -> dict[str, Any]:
+def add_marker(
+    body: dict[str, Any], where: str, ttl: Ttl = "5m", rules: CacheRules | None = None
+) -> dict[str, Any]:
     """``body`` with a ``cache_control`` marker on the block at ``where`` (a :attr:`Block.where` path);
-    copies only the containers along the path, so ``body`` is unchanged.
+    copies only the containers along the path, so ``body`` is unchanged. With ``rules``, the marker
+    is written in that provider's field (OpenAI's ``prompt_cache_breakpoint``).
 
     A string (system or message content shorthand) becomes a list of one text block carrying it.
     """
+    name, value = _cache_control(ttl, rules)
 
     def put(container: Any, path: list[str | int]) -> Any:
         key = path[0]
@@ -291,9 +326,9 @@ def add_marker(body: dict[str, Any], where: str, ttl: Ttl = "5m") -> dict[str, A
         if len(path) == 1:
             target = container[key]
             if isinstance(target, str):
-                copy[key] = [{"type": "text", "text": target, "cache_control": _cache_control(ttl)}]
+                copy[key] = [{"type": "text", "text": target, name: value}]
             else:
-                copy[key] = {**target, "cache_control": _cache_control(ttl)}
+                copy[key] = {**target, name: value}
         else:
             copy[key] = put(container[key], path[1:])
         return copy
@@ -306,7 +341,7 @@ def _lifetimes(
     wanted: dict[int, Ttl], fixed: list[tuple[tuple[int, int], Ttl, str]], rules: CacheRules
 ) -> dict[int, Ttl]:
     """Lifetimes for the added markers (on blocks) that keep 1h before 5m around the caller's markers."""
-    if _LONG not in rules.ttl_seconds:
+    if len(rules.ttl_seconds) < 2:
         return dict.fromkeys(wanted, _SHORT)
     chosen = dict(wanted)
     for index in chosen:
@@ -336,18 +371,22 @@ def plan_breakpoints(
     rules: CacheRules,
     recall: Recall = Recall(),
     volatile: frozenset[int] = frozenset(),
+    implicit: int | None = None,
+    conversation: bool = True,
 ) -> Plan:
     """Place ``cache_control`` markers on ``body`` (see the module docstring). Pure.
 
     ``blocks`` are ``body``'s blocks (:func:`cachekit.blocks.prompt_blocks`), ``tokens`` their token
     counts as the provider would count them, ``rules`` the model's caching rules (explicit mode).
     ``volatile`` are system blocks known to change between calls: the system marker goes on the last
-    eligible system block before the first of them. Raises :class:`PlanError` for markers the
-    provider would refuse.
+    eligible system block before the first of them. ``implicit`` is the block the provider's own
+    breakpoint ends on (OpenAI's implicit mode): it takes a write and stands for the conversation
+    marker. ``conversation=False`` leaves the conversation's end unmarked (its write would not pay).
+    Raises :class:`PlanError` for markers the provider would refuse.
     """
     if len(tokens) != len(blocks):
         raise ValueError(f"{len(tokens)} token counts for {len(blocks)} blocks")
-    census = _census(body, blocks, rules)
+    census = _census(body, blocks, rules, implicit)
     taken = census.taken()
     budget = (
         (rules.max_breakpoints or 0)
@@ -358,11 +397,11 @@ def plan_breakpoints(
     positions = lookback_positions(
         (b.kind for b in blocks), tool_runs_one_position=rules.tool_runs_one_position
     )
-    window = rules.lookback_positions or 1
+    window = rules.lookback_positions or len(blocks) + 1  # None: no lookback limit
     conversation_ttl = _LONG if recall.conversation_long_gap else _SHORT
 
     candidates: list[tuple[int | None, Reason, Ttl]] = []
-    if census.automatic is None and blocks:
+    if census.automatic is None and blocks and conversation:
         candidates.append((_conversation_end(body, blocks), "conversation", conversation_ttl))
     system_end = _stable_system_end(blocks, volatile)
     tools_end = _section_end(blocks, "tools")
@@ -406,14 +445,55 @@ def plan_breakpoints(
     planned = body
     placements = []
     for index in sorted(chosen):
-        planned = add_marker(planned, blocks[index].where, chosen[index])
+        planned = add_marker(planned, blocks[index].where, chosen[index], rules)
         placements.append(Placement(blocks[index].where, index, chosen[index], reasons[index], prefix[index]))
     writes = tuple(
         (index, ttl)
         for index, ttl in sorted({**taken, **chosen}.items())
         if prefix[index] >= rules.min_cacheable_tokens
     )
-    return Plan(planned, tuple(placements), len(taken), tuple(notes), writes)
+    names = (rules.tier_name(_SHORT), rules.tier_name(_LONG))
+    return Plan(planned, tuple(placements), len(taken), tuple(notes), writes, names)
+
+
+def _routed(provider: str, dialect: str, body: dict[str, Any], model: str) -> Applied | None:
+    """xAI: its Chat Completions route a conversation to one cache server by the ``x-grok-conv-id``
+    header, its Responses API by ``prompt_cache_key`` ("It functions identically to setting
+    x-grok-conv-id"); set from the stable prefix's hash as for OpenAI, the caller's own kept."""
+    from cachekit.providers.registry import PROVIDERS
+
+    header = next((p.routing_header for p in PROVIDERS if p.name == provider), None)
+    if header is None or not dialect.startswith("openai"):
+        return None
+    if dialect == "openai_chat":
+        return Applied(body, model=model, headers=((header, prompt_cache_key(dialect, body)),), changed=True)
+    if body.get("prompt_cache_key") is not None:
+        return Applied(body, model=model)
+    key = prompt_cache_key(dialect, body)
+    return Applied({**body, "prompt_cache_key": key}, None, key, model=model, changed=True)
+
+
+def _multipliers(provider: str, model: str) -> tuple[float, float]:
+    """(write, read) multipliers of the input price from the price table, else the documented 1.25
+    and 0.1 (OpenAI: "cache writes cost 1.25x the uncached input token rate")."""
+    from cachekit.cost.prices import default_prices
+    from cachekit.cost.usage import UsageRecord
+
+    def cost(uncached: int = 0, write: int = 0, read: int = 0) -> float | None:
+        usage = UsageRecord(
+            uncached_input=uncached, cache_write_5m=write, cache_write_1h=0, cache_read=read, output=0
+        )
+        return default_prices().price(provider, model, usage).total_usd
+
+    try:
+        plain = cost(uncached=1_000_000)
+        write = cost(write=1_000_000)
+        read = cost(read=1_000_000)
+    except Exception:  # a price table that cannot answer: the documented multipliers
+        plain = write = read = None
+    if not plain or write is None or read is None:
+        return 1.25, 0.1
+    return write / plain, read / plain
 
 
 def stable_first(dialect: str, body: dict[str, Any], volatile: Collection[str]) -> dict[str, Any]:
@@ -421,8 +501,9 @@ def stable_first(dialect: str, body: dict[str, Any], volatile: Collection[str]) 
     in their own order, so the stable ones form a prefix that can be cached.
 
     Anthropic: blocks of a ``system`` list; Chat: the leading system/developer messages. Nothing moves
-    while a system block carries the caller's ``cache_control`` (cachekit never moves a caller's
-    marker), nor for a single block or the Responses API's one ``instructions`` string.
+    while a system block carries the caller's ``cache_control`` or ``prompt_cache_breakpoint``
+    (cachekit never moves a caller's marker), nor for a single block or the Responses API's one
+    ``instructions`` string.
     """
     if dialect in _ANTHROPIC_DIALECTS:
         system = body.get("system")
@@ -455,7 +536,8 @@ def stable_first(dialect: str, body: dict[str, Any], volatile: Collection[str]) 
         items, key = messages, "messages"
     else:
         return body
-    if not any(moved) or all(moved) or "cache_control" in orjson.dumps(items[: len(moved)]).decode():
+    rendered = orjson.dumps(items[: len(moved)]).decode()
+    if not any(moved) or all(moved) or any(f'"{name}"' in rendered for name in MARKER_FIELDS):
         return body
     stable = [item for item, gone in zip(items, moved, strict=False) if not gone]
     changing = [item for item, gone in zip(items, moved, strict=False) if gone]
@@ -499,9 +581,17 @@ class PlanMemory:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def recall(self, hashes: Sequence[bytes], stable: Sequence[int], now: float) -> Recall:
+    def recall(
+        self,
+        hashes: Sequence[bytes],
+        stable: Sequence[int],
+        now: float,
+        lifetimes: tuple[float, float] = (_FIVE_MINUTES, _ONE_HOUR),
+    ) -> Recall:
         """What is known about a request whose prefix hashes are ``hashes``; ``stable`` are the blocks
-        (tools end, system end) whose own recurrence decides their lifetime."""
+        (tools end, system end) whose own recurrence decides their lifetime. ``lifetimes``: the
+        provider's short and long lifetimes; a gap between them is a long one."""
+        short, long = lifetimes
         last_write: int | None = None
         conversation_gap: float | None = None
         long_gap: set[int] = set()
@@ -518,9 +608,9 @@ class PlanMemory:
                     break
             for index in stable:
                 entry = self._entries.get(hashes[index])
-                if entry is not None and _FIVE_MINUTES < now - entry.last_used <= _ONE_HOUR:
+                if entry is not None and short < now - entry.last_used <= long:
                     long_gap.add(index)
-        long_conversation = conversation_gap is not None and _FIVE_MINUTES < conversation_gap <= _ONE_HOUR
+        long_conversation = conversation_gap is not None and short < conversation_gap <= long
         return Recall(last_write, frozenset(long_gap), long_conversation)
 
     def record(
@@ -573,11 +663,15 @@ class Applied:
     model: str = ""
     changed: bool = False
     pending: _Pending | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = ()
+    """Request headers cachekit adds upstream unless the caller set them (xAI's ``x-grok-conv-id``)."""
 
     def header(self) -> str:
         """The ``x-cachekit-breakpoints`` response header value."""
         if self.plan is not None:
             return self.plan.header()
+        if self.headers:
+            return ", ".join(f"{name}={value}" for name, value in self.headers)
         if self.cache_key is not None:
             return f"prompt_cache_key={self.cache_key}"
         return "none"
@@ -593,17 +687,27 @@ class Planner:
 
     Bailian's explicit cache replaces its implicit one for the request (they are mutually exclusive,
     and the implicit one has no write premium), so Bailian requests are planned only when the caller
-    already uses explicit markers.
+    already uses explicit markers, except on Qwen4, whose explicit cache (automatic caching, 5m and
+    1h lifetimes) is the one Model Studio recommends for deterministic hits.
     """
 
     estimator: TokenEstimator = field(default_factory=TokenEstimator)
     memory: PlanMemory = field(default_factory=PlanMemory)
     rules_for: Callable[[str, str], CacheRules] = cache_rules
+    tails: TailOdds = field(default_factory=TailOdds)
+    """How often requests read their conversation's earlier writes: whether writing the end pays."""
+    multipliers: Callable[[str, str], tuple[float, float]] | None = None
+    """(write, read) price multipliers of a provider's model (default: from the price table, else
+    1.25 and 0.1, the write premium and read discount the providers document)."""
 
     def rules(self, provider: str, model: str) -> CacheRules | None:
-        """The caching rules of ``provider``'s ``model``, or ``None`` when cachekit has none."""
+        """The caching rules of ``provider``'s ``model`` (those of the provider it follows, for Azure
+        OpenAI), or ``None`` when cachekit has none."""
+        from cachekit.providers.registry import PROVIDERS
+
+        same = next((p.rules_as for p in PROVIDERS if p.name == provider and p.rules_as), provider)
         try:
-            return self.rules_for(provider, model)
+            return self.rules_for(same, model)
         except UnknownProviderError:
             return None
 
@@ -629,8 +733,9 @@ class Planner:
         if not isinstance(model, str) or not model:
             return Applied(body)
         rules = self.rules(provider, model)
-        if rules is None:
-            return Applied(body, model=model)
+        routed = _routed(provider, dialect, body, model)
+        if rules is None or routed is not None:
+            return routed or Applied(body, model=model)
         if blocks is None:
             blocks = prompt_blocks(dialect, body)
         raw = self.estimator.counts(b.text for b in blocks)
@@ -645,8 +750,11 @@ class Planner:
                 return Applied(body, estimate=estimate, model=model)
             key = prompt_cache_key(dialect, body)
             return Applied({**body, "prompt_cache_key": key}, None, key, estimate, model, True)
-        if rules.provider == "bailian" and not any(b.marker is not None or b.nested for b in blocks):
+        # Qwen4's explicit cache (automatic caching, 5m/1h) is planned like Anthropic's.
+        caller_uses_it = any(b.marker is not None or b.nested for b in blocks)
+        if rules.provider == "bailian" and not rules.automatic_caching and not caller_uses_it:
             return Applied(body, estimate=estimate, model=model)
+        blocks = rebind(dialect, body, blocks, rules)
         ratio = self.estimator.ratio(model)
         tokens = [round(count * ratio) for count in raw]
         context = cache_context(body)
@@ -655,12 +763,22 @@ class Planner:
         )
         hashes = chain_hashes(blocks, root, context)
         stable = [i for i in (_section_end(blocks, "tools"), _section_end(blocks, "system")) if i is not None]
-        recall = self.memory.recall(hashes, stable, now)
+        # A gap is long past the provider's short lifetime (5 minutes; OpenAI's 30 minutes).
+        recall = self.memory.recall(hashes, stable, now, (rules.lifetime("5m"), rules.lifetime("1h")))
         changing = (
             frozenset(i for i, b in enumerate(blocks) if b.where in volatile) if volatile else frozenset()
         )
-        plan = plan_breakpoints(body, blocks, tokens, rules=rules, recall=recall, volatile=changing)
-        writes = tuple((index, rules.ttl(ttl)) for index, ttl in plan.writes)
+        plan = self._plan(dialect, body, blocks, tokens, rules, recall, changing, partition)
+        # OpenAI's own, and Azure's for the GPT-5.6 family ("set the prompt_cache_key parameter").
+        if (
+            rules.provider == "openai"
+            and dialect.startswith("openai")
+            and body.get("prompt_cache_key") is None
+        ):
+            # Kept on GPT-5.6 and later: it still routes requests that share a prefix together.
+            key = prompt_cache_key(dialect, body)
+            plan = dataclasses.replace(plan, body={**plan.body, "prompt_cache_key": key})
+        writes = tuple((index, rules.lifetime(ttl)) for index, ttl in plan.writes)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "breakpoints %s %s: %s (caller's: %d; %s)",
@@ -671,7 +789,44 @@ class Planner:
                 "; ".join(plan.notes) or "nothing skipped",
             )
         pending = _Pending(tuple(hashes), writes, recall.last_write, now)
-        return Applied(plan.body, plan, None, estimate, model, bool(plan.placements), pending)
+        changed = plan.body is not body
+        return Applied(plan.body, plan, plan.body.get("prompt_cache_key"), estimate, model, changed, pending)
+
+    def _plan(  # noqa: PLR0917 - the planner's inputs, each named
+        self,
+        dialect: str,
+        body: dict[str, Any],
+        blocks: Sequence[Block],
+        tokens: Sequence[int],
+        rules: CacheRules,
+        recall: Recall,
+        volatile: frozenset[int],
+        partition: bytes,
+    ) -> Plan:
+        """The breakpoint plan; where the provider places its own breakpoint (OpenAI's implicit mode),
+        the cheaper of leaving it on and turning it off, by expected cost: the implicit breakpoint
+        writes the conversation's end, which pays only when the next request reads it."""
+        if not rules.implicit_breakpoint:
+            return plan_breakpoints(body, blocks, tokens, rules=rules, recall=recall, volatile=volatile)
+        model = str(body.get("model", ""))
+        read = recall.last_write is not None and blocks[recall.last_write].section == "messages"
+        self.tails.observe(partition, model, read=read)
+        options = body.get("prompt_cache_options")
+        if options is not None:  # the caller chose the mode: kept
+            target = implicit_target(dialect, body, blocks) if implicit_mode(body) else None
+            return plan_breakpoints(
+                body, blocks, tokens, rules=rules, recall=recall, volatile=volatile, implicit=target
+            )
+        write, read_price = (self.multipliers or _multipliers)(rules.provider, model)
+        if self.tails.worth_writing(partition, model, write, read_price):
+            target = implicit_target(dialect, body, blocks)
+            return plan_breakpoints(
+                body, blocks, tokens, rules=rules, recall=recall, volatile=volatile, implicit=target
+            )
+        explicit = {**body, "prompt_cache_options": {"mode": "explicit"}}
+        return plan_breakpoints(
+            explicit, blocks, tokens, rules=rules, recall=recall, volatile=volatile, conversation=False
+        )
 
     def commit(self, applied: Applied) -> None:
         """Remember a planned request the provider accepted: its writes, and the entry it read."""

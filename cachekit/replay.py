@@ -37,6 +37,7 @@ from cachekit.blocks import cache_context, prompt_blocks
 from cachekit.cost.prices import PriceTable, default_prices
 from cachekit.cost.usage import UsageRecord, usage_of_body
 from cachekit.planner import add_marker
+from cachekit.replay_layouts import Layout, apply_openai_policy, dialect_of, policies_of, rewrite
 
 __all__ = [
     "POLICIES",
@@ -251,13 +252,17 @@ def _common(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return i
 
 
-def _chain(body: dict[str, Any], tokenizer: _MemoTokenizer) -> list[tuple[bytes, tuple[int, ...]]]:
+def _chain(
+    body: dict[str, Any], tokenizer: _MemoTokenizer, layout: Layout | None = None
+) -> list[tuple[bytes, tuple[int, ...]]]:
     """The request's blocks as (identity, tokens), with the settings that invalidate the cached messages
-    (tool choice, thinking) as a token-less link before the first message, as at the provider."""
+    (tool choice, thinking) as a token-less link before the first message, as at the provider.
+    ``layout``: the blocks of the request rewritten in that OpenAI layout."""
     chain: list[tuple[bytes, tuple[int, ...]]] = []
     context = cache_context(body)
     placed = False
-    for block in prompt_blocks("anthropic_messages", body):
+    dialect = "anthropic_messages" if layout is None else dialect_of(layout)
+    for block in prompt_blocks(dialect, body if layout is None else rewrite(body, layout)):
         if block.section == "messages" and not placed:
             chain.append((b"context:" + context, ()))
             placed = True
@@ -280,23 +285,45 @@ class _Prices:
         return priced.total_usd, priced.no_cache_usd
 
 
-def _usage_of(response: Any) -> UsageRecord:
+_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "bailian": "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
+}
+
+
+def _send(
+    client: Any, policy: str, body: dict[str, Any], layout: Layout | None, provider: str
+) -> UsageRecord:
+    """Send request ``body`` (Messages layout) as ``policy`` has it, in ``layout``; its usage."""
+    if layout is None:
+        return _usage_of(client.messages.create(**apply_policy(policy, body)))
+    sent = apply_openai_policy(policy, rewrite(body, layout), layout, provider)
+    if layout == "chat":
+        return _usage_of(client.chat.completions.create(**sent), provider, "openai_chat")
+    return _usage_of(client.responses.create(**sent), provider, "openai_responses")
+
+
+def _usage_of(response: Any, provider: str = "anthropic", dialect: str = "anthropic_messages") -> UsageRecord:
     """The response's prompt-side usage, normalized as the cost ledger does (output left out)."""
-    usage = usage_of_body("anthropic", "anthropic_messages", response.model_dump(mode="json"))
+    usage = usage_of_body(provider, dialect, response.model_dump(mode="json"))
     if not usage.known:
         raise ValueError(f"the backend's usage could not be read: {'; '.join(usage.problems)}")
     return dataclasses.replace(usage, output=0)  # input-side cost only
 
 
 def _lower_bounds(
-    conversations: Sequence[Conversation], model: str, tokenizer: _MemoTokenizer, pricing: _Prices
+    conversations: Sequence[Conversation],
+    model: str,
+    tokenizer: _MemoTokenizer,
+    pricing: _Prices,
+    layout: Layout | None = None,
 ) -> dict[tuple[int, int], float]:
     """Each request's lower-bound cost (by line and request index); the same for every policy."""
     lower: dict[tuple[int, int], float] = {}
     shared = _SharedPrefixes()
     for conversation in conversations:
         for k, body in enumerate(requests_of(conversation, model)):
-            chain = _chain(body, tokenizer)
+            chain = _chain(body, tokenizer, layout)
             total = sum(len(tokens) for _, tokens in chain)
             reused = shared.add(chain)
             usage = UsageRecord(
@@ -317,17 +344,22 @@ def _replay_policy(
     pricing: _Prices,
     lower: dict[tuple[int, int], float],
     finished: Callable[[], None],
+    layout: Layout | None = None,
 ) -> PolicyResult:
     import anthropic
     import httpx2
+    import openai
 
     import cachekit
     from cachekit.cache import Cache
     from cachekit.config import CacheConfig
     from cachekit.local import LocalBackend, LocalTransport, ManualClock, ScriptedEngine
+    from cachekit.local.backend import Rules
 
     clock = ManualClock()
-    backend = LocalBackend(ScriptedEngine(tokenizer), rules="anthropic", clock=clock)
+    # Model Studio's explicit cache: the Anthropic-style rules on its OpenAI-compatible API.
+    rules: Rules = "auto" if provider == "openai" else "anthropic"
+    backend = LocalBackend(ScriptedEngine(tokenizer), rules=rules, clock=clock)
     config = CacheConfig(
         store="memory://",
         enabled=False,  # prompt caching only: a repeated request must reach the backend
@@ -336,25 +368,27 @@ def _replay_policy(
         breakpoints="auto" if policy == "cachekit" else "off",
         price_as=provider,
     )
-    client = cachekit.Anthropic(
-        api_key="replay",
-        base_url="http://replay.invalid",
-        http_client=httpx2.Client(transport=LocalTransport(backend)),
-        cache=Cache(config, clock=clock),
-        max_retries=0,
-    )
+    options: dict[str, Any] = {
+        "api_key": "replay",
+        "http_client": httpx2.Client(transport=LocalTransport(backend)),
+        "cache": Cache(config, clock=clock),
+        "max_retries": 0,
+    }
+    if layout is None:
+        client: Any = cachekit.Anthropic(base_url="http://replay.invalid", **options)
+    else:  # OpenAI's own host name: its rules plan the first request too
+        client = cachekit.OpenAI(base_url=_BASE_URLS[provider], **options)
     result = PolicyResult(policy)
     try:
         for conversation in conversations:
             for k, body in enumerate(requests_of(conversation, model)):
                 clock.advance(gap_seconds)
                 try:
-                    response = client.messages.create(**apply_policy(policy, body))
-                except anthropic.APIError as exc:
+                    usage = _send(client, policy, body, layout, provider)
+                except (anthropic.APIError, openai.APIError) as exc:
                     where = f"line {conversation.line} ({conversation.id}), request {k + 1}"
                     result.errors.append(f"{where}: {exc}")
                     break
-                usage = _usage_of(response)
                 cost, no_cache = pricing.cost(usage)
                 result.requests += 1
                 result.uncached_tokens += usage.uncached_input or 0
@@ -380,13 +414,16 @@ def replay(
     gap_seconds: float = 5.0,
     prices: PriceTable | None = None,
     progress: Progress | None = None,
+    layout: Layout | None = None,
 ) -> list[PolicyResult]:
     """Replay ``conversations`` once per policy (see the module docstring); one result per policy.
 
     A request the backend refuses ends its conversation for that policy (recorded in ``errors``, naming
     the line and request); the replay goes on with the next conversation. Needs the ``anthropic`` extra.
     ``progress`` is called as ``progress("replaying", done, total)``, counting each conversation once
-    per policy.
+    per policy. ``provider="openai"`` replays in an OpenAI ``layout`` (``chat`` by default, or
+    ``responses``; :mod:`cachekit.replay_layouts`) with its policies (``provider="bailian"``: Model
+    Studio, Chat Completions).
     """
     try:
         import anthropic  # noqa: F401 - only checked here, for a clear message
@@ -397,16 +434,21 @@ def replay(
         raise MissingExtraError("anthropic", "anthropic", "cachekit replay") from error
     from cachekit.tokens import encoding
 
+    if provider not in ("anthropic", *_BASE_URLS):
+        raise ValueError(f"replay speaks Anthropic's, OpenAI's and Model Studio's APIs, not {provider!r}")
     if provider != "anthropic":
-        raise ValueError(f"replay speaks the Anthropic Messages API; provider {provider!r} is not supported")
+        # Model Studio's explicit cache takes markers on Chat Completions only.
+        layout = "chat" if provider == "bailian" else layout or "chat"
+        policies = policies_of(provider) if policies is POLICIES else policies
+    known = POLICIES if layout is None else policies_of(provider)
     for policy in policies:
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r}; one of {', '.join(POLICIES)}")
+        if policy not in known:
+            raise ValueError(f"unknown policy {policy!r}; one of {', '.join(known)}")
     if not gap_seconds >= 0:
         raise ValueError(f"gap_seconds must be >= 0, got {gap_seconds!r}")
     tokenizer = _MemoTokenizer(encoding("o200k_base"))
     pricing = _Prices(prices or default_prices(), provider, model)
-    lower = _lower_bounds(conversations, model, tokenizer, pricing)
+    lower = _lower_bounds(conversations, model, tokenizer, pricing, layout)
     total = len(conversations) * len(policies)
     done = itertools.count(1)
 
@@ -427,6 +469,7 @@ def replay(
             pricing=pricing,
             lower=lower,
             finished=finished,
+            layout=layout,
         )
         for policy in policies
     ]

@@ -100,6 +100,8 @@ class Segment:
     where: str = ""  # a JSON-path-like location for error messages, e.g. "messages.3.content.0"
     block_type: str = ""  # the content block's type, when the caller knows it
     nested: tuple[tuple[str, Ttl], ...] = ()  # markers inside the block: (path, ttl), prefix order
+    role: str = ""  # the message's role (OpenAI takes breakpoints on some roles' blocks only)
+    marker_field: str = "cache_control"  # the field the marker came in: or "prompt_cache_breakpoint"
 
 
 @dataclass(frozen=True)
@@ -260,7 +262,8 @@ class AnthropicCache(_BilledCache):
         capacity_tokens: int = _DEFAULT_CAPACITY,
     ) -> None:
         self._provider = provider.strip().lower()
-        if default_cache_rules().lookup(self._provider, "").mode != "explicit":
+        default_cache_rules().lookup(self._provider, "")  # UnknownProviderError for a provider without rules
+        if all(row.mode != "explicit" for row in default_cache_rules() if row.provider == self._provider):
             raise ValueError(f"provider {provider!r} caches automatically; use OpenAICache")
         super().__init__(clock, capacity_tokens)
 
@@ -272,30 +275,39 @@ class AnthropicCache(_BilledCache):
         segments: Sequence[Segment],
         automatic: Ttl | None = None,
         context: bytes = b"",
+        implicit: Ttl | None = None,
+        cache_key: str | None = None,
     ) -> AnthropicUsage:
         """Bill one request's prompt and update the cache: read the longest live prefix, write at breakpoints.
 
         ``partition`` is the tenant (caches never cross organizations); ``automatic`` is a top-level
         request ``cache_control`` (the marker goes on the last eligible block); ``context`` is the
         canonical bytes of settings that invalidate the messages cache but not tools or system
-        (``tool_choice``, thinking, ...), chained in before the first messages segment. Raises
+        (``tool_choice``, thinking, ...), chained in before the first messages segment. ``implicit``
+        is the lifetime of the provider's own breakpoint where its rules place one
+        (:attr:`CacheRules.implicit_breakpoint`; ``None`` when the request turned it off);
+        ``cache_key`` is OpenAI's ``prompt_cache_key`` (another key is another cache). Raises
         :class:`CacheRuleError` before changing any state when the provider would refuse the request.
         """
         rules = cache_rules(self._provider, model)
+        if rules.mode != "explicit":
+            raise ValueError(f"{self._provider} {model!r} caches automatically; use OpenAICache")
         segs = tuple(segments)
         _check_segments(segs)
-        marks = _breakpoints(segs, automatic, rules)
+        marks = _breakpoints(segs, automatic, rules, implicit if rules.implicit_breakpoint else None)
         total = sum(s.tokens for s in segs)
         if rules.context_window is not None and total > rules.context_window:
             raise CacheRuleError(f"prompt is too long: {total} tokens > {rules.context_window} maximum")
-        hashes = _prefix_hashes(_root(b"explicit/v1", self._provider, partition, model), segs, context)
+        key = b"\x00" if cache_key is None else b"\x01" + cache_key.encode()
+        hashes = _prefix_hashes(_root(b"explicit/v1", self._provider, partition, model, key), segs, context)
         prefix = list(itertools.accumulate(s.tokens for s in segs))  # tokens up to and including each
         positions = lookback_positions(
             (s.block_type for s in segs), tool_runs_one_position=rules.tool_runs_one_position
         )
         # "Shorter prompts cannot be cached, even if marked with cache_control ... and no error is returned."
         effective = [(i, ttl) for i, ttl in marks if prefix[i] >= rules.min_cacheable_tokens]
-        window = rules.lookback_positions or 1
+        # No lookback limit (OpenAI): a window as wide as the prompt.
+        window = rules.lookback_positions or len(segs) + 1
         with self._lock:
             now = self._clock()
             hits = [
@@ -318,7 +330,7 @@ class AnthropicCache(_BilledCache):
                     self._store.refresh(hashes[hit], now, entry.ttl)
             start = read
             for i, ttl in writers:
-                self._store.put(hashes[i], prefix[i] - start, rules.ttl(ttl), now)
+                self._store.put(hashes[i], prefix[i] - start, rules.lifetime(ttl), now)
                 start = prefix[i]
         usage = AnthropicUsage(
             input_tokens=total - end,
@@ -382,7 +394,7 @@ def _ineligible(s: Segment) -> CacheRuleError:
 
 
 def _breakpoints(
-    segs: tuple[Segment, ...], automatic: Ttl | None, rules: CacheRules
+    segs: tuple[Segment, ...], automatic: Ttl | None, rules: CacheRules, implicit: Ttl | None = None
 ) -> list[tuple[int, str]]:
     """The request's breakpoints (index, ttl) in prefix order, one per segment, after every check
     the API makes; markers nested in a segment count in the checks and bill at the segment."""
@@ -391,9 +403,15 @@ def _breakpoints(
         every += [(index, _valid_ttl(ttl, where, rules), where) for where, ttl in s.nested]
         if s.marker is None:
             continue
-        if not s.eligible:
+        if s.marker_field not in rules.markers:
+            # OpenAI's wording for a field it does not know.
+            raise CacheRuleError(f"Unknown parameter: '{_path(s.where, s.marker_field)}'.")
+        if not _may_carry(s, rules):
             raise _ineligible(s)
         every.append((index, _valid_ttl(s.marker, s.where, rules), s.where))
+    every = _within_budget(every, rules, implicit is not None)
+    if implicit is not None:
+        every = _with_implicit(every, segs, implicit)
     if automatic is not None:
         if not rules.automatic_caching:
             raise CacheRuleError(
@@ -416,14 +434,14 @@ def _breakpoints(
                 )
             # Same TTL already on the last block: "automatic caching is a no-op".
     limit = rules.max_breakpoints or 0
-    if len(every) > limit:
+    if len(every) > limit and rules.over_limit == "error":
         # The automatic breakpoint "uses one of the 4 available breakpoint slots".
         raise CacheRuleError(
             f"A maximum of {limit} blocks with cache_control may be provided. Found {len(every)}."
         )
     shortest = float("inf")
-    for _, ttl, where in every:
-        seconds = rules.ttl(ttl)
+    for _, ttl, where in every if rules.ttl_order else ():
+        seconds = rules.lifetime(ttl)
         if seconds > shortest:
             raise CacheRuleError(f"{_path(where, 'cache_control.ttl')}: {_TTL_ORDER}")
         shortest = min(shortest, seconds)
@@ -434,8 +452,52 @@ def _breakpoints(
     return list(marks.items())
 
 
+def _may_carry(s: Segment, rules: CacheRules) -> bool:
+    """Whether the provider takes a breakpoint on this segment: its block type and role (OpenAI's
+    lists, :attr:`CacheRules.marker_types` and :attr:`CacheRules.marker_roles`)."""
+    if not s.eligible:
+        return False
+    if rules.marker_types is not None and s.block_type not in rules.marker_types:
+        return False
+    return rules.marker_roles is None or s.role in rules.marker_roles
+
+
+def _within_budget(
+    every: list[tuple[int, str, str]], rules: CacheRules, implicit: bool
+) -> list[tuple[int, str, str]]:
+    """Where the provider writes only the latest breakpoints ("writes up to the latest three explicit
+    breakpoints" beside the implicit one, four without it), the earlier ones are dropped."""
+    if rules.over_limit != "write_latest":
+        return every
+    room = max((rules.max_breakpoints or 0) - (1 if implicit else 0), 0)
+    return every[len(every) - room :] if len(every) > room else every
+
+
+def _implicit_target(segs: tuple[Segment, ...]) -> int | None:
+    """The provider's own breakpoint: the last segment of the newest user or tool message (OpenAI
+    "places a managed breakpoint near the latest user or tool message")."""
+    for index in range(len(segs) - 1, -1, -1):
+        s = segs[index]
+        if s.section == "messages" and (
+            s.role in ("user", "tool", "function") or s.block_type == "function_call_output"
+        ):
+            return index
+    return None
+
+
+def _with_implicit(
+    every: list[tuple[int, str, str]], segs: tuple[Segment, ...], ttl: Ttl
+) -> list[tuple[int, str, str]]:
+    target = _implicit_target(segs)
+    if target is None:
+        return every
+    return sorted([*every, (target, ttl, "(implicit)")], key=lambda item: item[0])
+
+
 def _valid_ttl(ttl: str, where: str, rules: CacheRules) -> str:
     """``ttl`` when the provider offers that lifetime, else the API's error."""
+    if "prompt_cache_breakpoint" in rules.markers and ttl in ("5m", "1h"):
+        return ttl  # the short and long tiers of a prompt_cache_breakpoint (30m, 12h)
     if ttl not in rules.ttl_seconds:
         options = ", ".join(repr(name) for name in rules.ttl_seconds)
         raise CacheRuleError(f"{_path(where, 'cache_control.ttl')}: must be one of {options}, got {ttl!r}")

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import orjson
 
+from cachekit._types import Ttl
 from cachekit.local.accounting import AnthropicCache, CacheRuleError, OpenAICache, Retention
 from cachekit.local.clock import Clock
 from cachekit.local.engine import Engine, ToolCall
@@ -51,6 +52,7 @@ from cachekit.local.wire import (
     stream_error_event,
 )
 from cachekit.providers.announced import NO_PROMPT_CACHE, RULES_HEADER
+from cachekit.providers.cache_rules import cache_rules
 
 __all__ = ["BackendStats", "LocalBackend", "Rules"]
 
@@ -119,6 +121,10 @@ class LocalBackend:
         self._anthropic = AnthropicCache(clock=clock, capacity_tokens=capacity_tokens)
         self._bailian = AnthropicCache(provider="bailian", clock=clock, capacity_tokens=capacity_tokens)
         self._openai = OpenAICache(clock=clock, capacity_tokens=capacity_tokens)
+        # GPT-5.6 and later: explicit breakpoints (and an implicit one), billed writes.
+        self._openai_explicit = AnthropicCache(
+            provider="openai", clock=clock, capacity_tokens=capacity_tokens
+        )
         self._models = frozenset(models) if models is not None else None
         self._accept_any_model = accept_any_model
         self._announce = announce
@@ -296,6 +302,8 @@ class LocalBackend:
                 usage.ephemeral_5m_input_tokens,
                 usage.ephemeral_1h_input_tokens,
             )
+        elif cache_rules("openai", parsed.prompt.model).mode == "explicit":
+            billing = self._bill_breakpoints(endpoint, payload, parsed, tenant)
         else:
             retention: Retention = "24h" if payload.get("prompt_cache_retention") == "24h" else "in_memory"
             key = payload.get("prompt_cache_key")
@@ -313,6 +321,60 @@ class LocalBackend:
                 self._billed[1] += billing.cache_read
                 self._billed[2] += billing.cache_write
         return billing
+
+    def _bill_breakpoints(
+        self, endpoint: Endpoint, payload: dict[str, Any], parsed: Parsed, tenant: bytes
+    ) -> Billing:
+        """OpenAI GPT-5.6 and later: breakpoints, the implicit one unless ``prompt_cache_options.mode``
+        is ``explicit``, writes reported in ``cache_write_tokens``."""
+        implicit = _prompt_cache_options(endpoint, payload)
+        key = payload.get("prompt_cache_key")
+        usage = self._openai_explicit.account(
+            model=parsed.prompt.model,
+            partition=tenant,
+            segments=parsed.segments,
+            context=parsed.context,
+            implicit=implicit,
+            cache_key=key if isinstance(key, str) else None,
+        )
+        return Billing(
+            usage.total_input_tokens,
+            usage.cache_read_input_tokens,
+            usage.ephemeral_5m_input_tokens,
+            usage.ephemeral_1h_input_tokens,
+            writes_as="openai",
+        )
+
+
+def _prompt_cache_options(endpoint: Endpoint, payload: dict[str, Any]) -> Ttl | None:
+    """The implicit breakpoint's lifetime tier from ``prompt_cache_options``, or ``None`` in explicit
+    mode; refused as the API refuses it ("ttl defaults to 30m"; Chat takes only 30m, Responses 30m
+    and 12h: the openai SDK's types)."""
+    options = payload.get("prompt_cache_options")
+    if options is None:
+        return "5m"
+    if not isinstance(options, dict):
+        raise BadRequest(
+            "Invalid type for 'prompt_cache_options': expected an object.", param="prompt_cache_options"
+        )
+    mode = options.get("mode", "implicit")
+    if mode not in ("implicit", "explicit"):
+        raise BadRequest(
+            "Invalid value for 'prompt_cache_options.mode'.",
+            param="prompt_cache_options.mode",
+            code="invalid_value",
+        )
+    ttls = ("30m", "12h") if endpoint == "responses" else ("30m",)
+    ttl = options.get("ttl", "30m")
+    if ttl not in ttls:
+        raise BadRequest(
+            "Invalid value for 'prompt_cache_options.ttl'.",
+            param="prompt_cache_options.ttl",
+            code="invalid_value",
+        )
+    if mode == "explicit":
+        return None
+    return "5m" if ttl == "30m" else "1h"
 
 
 class _Nothing:

@@ -27,6 +27,7 @@ from cachekit.blocks import text_of as _text_of
 from cachekit.local.accounting import Segment
 from cachekit.local.engine import Prompt, Tokenizer, ToolCall, ToolChoice, ToolSpec, Turn
 from cachekit.local.wire import Endpoint
+from cachekit.providers.cache_rules import MARKER_FIELDS
 
 __all__ = ["BadRequest", "Parsed", "parse"]
 
@@ -105,27 +106,48 @@ class _Builder:
         role: str = "",
         first: bool = True,
     ) -> None:
-        marker = _marker(block, where)
+        marker, field = _marker(block, where)
         nested = _nested(block, where) if self.nested else ()
         if not isinstance(block, dict):
             content = block
         elif nested:
             content = without_markers(block)  # markers are not part of the prompt, at any depth
         else:
-            content = {key: value for key, value in block.items() if key != "cache_control"}
+            content = {key: value for key, value in block.items() if key not in MARKER_FIELDS}
         ids = self.tokenizer.encode(text)
         tag = _ROLE_TAGS.get(role or section, 6) << 40
         self.tokens.extend(
             token | tag | (_BOUNDARY_TAG if first and index == 0 else 0) for index, token in enumerate(ids)
         )
         body = _canonical([section, content])
-        self.segments.append(Segment(section, body, len(ids), marker, eligible, where, block_type, nested))
+        self.segments.append(
+            Segment(section, body, len(ids), marker, eligible, where, block_type, nested, role, field)
+        )
 
 
-def _marker(block: Any, where: str) -> Ttl | None:
-    if not isinstance(block, dict) or block.get("cache_control") is None:
-        return None
-    return cache_control_ttl(block["cache_control"], f"{where}.cache_control")
+def _marker(block: Any, where: str) -> tuple[Ttl | None, str]:
+    """A block's breakpoint: its lifetime tier and the field it was given in (``cache_control``, or
+    OpenAI's ``prompt_cache_breakpoint``, whose 30m/12h are the short and long tiers)."""
+    if not isinstance(block, dict):
+        return None, "cache_control"
+    if block.get("prompt_cache_breakpoint") is not None:
+        where = f"{where}.prompt_cache_breakpoint"
+        return breakpoint_ttl(block["prompt_cache_breakpoint"], where), "prompt_cache_breakpoint"
+    if block.get("cache_control") is None:
+        return None, "cache_control"
+    return cache_control_ttl(block["cache_control"], f"{where}.cache_control"), "cache_control"
+
+
+def breakpoint_ttl(value: Any, where: str) -> Ttl:
+    """The lifetime tier of a ``prompt_cache_breakpoint`` (``{"mode": "explicit", "ttl"?: "30m" |
+    "12h"}``, the openai SDK's ``PromptCacheBreakpoint``): 30m (the request's default) is the short
+    tier, 12h the long one."""
+    if not isinstance(value, dict) or value.get("mode") != "explicit":
+        raise BadRequest(f"Invalid value for '{where}.mode': expected 'explicit'.", param=where)
+    ttl = value.get("ttl", "30m")
+    if ttl not in ("30m", "12h"):
+        raise BadRequest(f"Invalid value for '{where}.ttl': expected '30m' or '12h'.", param=where)
+    return "5m" if ttl == "30m" else "1h"
 
 
 def _nested(block: Any, where: str) -> tuple[tuple[str, Ttl], ...]:
@@ -432,8 +454,15 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
                 raise BadRequest(
                     f"Invalid type for 'messages[{m}].content[{c}]'.", param=f"messages[{m}].content[{c}]"
                 )
+            kind = part.get("type")
             b.position(
-                section, {**part, "role": role}, _block_text(part), f"{where}.{c}", role=role, first=c == 0
+                section,
+                {**part, "role": role},
+                _block_text(part),
+                f"{where}.{c}",
+                role=role,
+                first=c == 0,
+                block_type=kind if isinstance(kind, str) else "",
             )
     elif content is not None or role != "assistant":
         raise BadRequest(
@@ -466,6 +495,7 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
             _canonical(call).decode(),
             f"messages.{m}.tool_calls.{k}",
             role=role,
+            block_type="tool_call",
         )
         calls.append(
             ToolCall(
@@ -549,7 +579,7 @@ def _parse_responses(
         if kind == "message":
             _chat_message({**item, "role": item.get("role")}, i, b, leading=False)
         elif kind == "function_call":
-            b.position("messages", item, _canonical(item).decode(), where)
+            b.position("messages", item, _canonical(item).decode(), where, block_type=kind)
             try:
                 arguments = orjson.loads(item.get("arguments") or "{}")
             except orjson.JSONDecodeError:
@@ -563,7 +593,7 @@ def _parse_responses(
         elif kind == "function_call_output":
             output = item.get("output")
             text = output if isinstance(output, str) else _canonical(output).decode()
-            b.position("messages", item, text, where)
+            b.position("messages", item, text, where, block_type=kind)
             b.turns.append(Turn("tool", text, tool_call_id=str(item.get("call_id") or "")))
         else:
             b.position("messages", item, _canonical(item).decode(), where)

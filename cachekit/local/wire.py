@@ -55,6 +55,9 @@ class Billing:
     cache_read: int = 0
     cache_write_5m: int = 0
     cache_write_1h: int = 0
+    writes_as: Literal["bailian", "openai"] = "bailian"
+    """How Chat Completions reports writes: Model Studio's ``cache_creation_input_tokens``, or OpenAI's
+    ``cache_write_tokens`` (GPT-5.6 and later)."""
 
     @property
     def cache_write(self) -> int:
@@ -423,7 +426,10 @@ _CHAT_FINISH = {"end": "stop", "stop_sequence": "stop", "length": "length", "too
 
 def _chat_usage(billing: Billing, output_tokens: int, host: str) -> dict[str, Any]:
     details: dict[str, Any] = {"cached_tokens": billing.cache_read, "audio_tokens": 0}
-    if billing.cache_write:
+    if billing.writes_as == "openai":
+        # "OpenAI reports writes in cache_write_tokens and reads in cached_tokens" (prompt-caching guide).
+        details["cache_write_tokens"] = billing.cache_write
+    elif billing.cache_write:
         # Explicit-cache writes (Anthropic-style markers on an OpenAI-compatible API) are reported
         # the way Alibaba Cloud Model Studio (Bailian) reports them.
         details["cache_creation_input_tokens"] = billing.cache_write
@@ -543,12 +549,16 @@ def _echo_tools(payload: dict[str, Any]) -> list[Any]:
 
 
 def _responses_usage(billing: Billing, output_tokens: int) -> dict[str, Any]:
+    details: dict[str, Any] = {"cached_tokens": billing.cache_read, "cache_write_tokens": billing.cache_write}
+    if billing.writes_as == "openai":
+        # The openai SDK's ResponseUsage splits GPT-5.6 writes by lifetime.
+        details["cache_write_tokens_details"] = {
+            "ttl_30m_tokens": billing.cache_write_5m,
+            "ttl_12h_tokens": billing.cache_write_1h,
+        }
     return {
         "input_tokens": billing.total,
-        "input_tokens_details": {
-            "cached_tokens": billing.cache_read,
-            "cache_write_tokens": billing.cache_write,
-        },
+        "input_tokens_details": details,
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": billing.total + output_tokens,

@@ -41,6 +41,10 @@ __all__ = [
 ]
 
 CacheMode = Literal["explicit", "automatic"]
+OverLimit = Literal["error", "write_latest"]
+#: The fields a content block may carry a breakpoint in: Anthropic's ``cache_control`` and OpenAI's
+#: (GPT-5.6 and later, Qwen4) ``prompt_cache_breakpoint``.
+MARKER_FIELDS = ("cache_control", "prompt_cache_breakpoint")
 
 _BUNDLED = "cachekit/providers/cache_rules.json"
 _SEPARATORS = ("-", "_", ":", "@")
@@ -57,6 +61,12 @@ _ROW_FIELDS = frozenset(
         "increment_tokens",
         "ttl_seconds",
         "context_window",
+        "markers",
+        "marker_types",
+        "marker_roles",
+        "implicit_breakpoint",
+        "over_limit",
+        "ttl_order",
         "source",
         "context_window_source",
         "checked",
@@ -101,6 +111,42 @@ class CacheRules:
     checked: str
     context_window_source: str | None = None
     note: str | None = None
+    markers: tuple[str, ...] = ("cache_control",)
+    """Explicit mode: the block fields the API takes a breakpoint in, the one cachekit writes first."""
+    marker_types: frozenset[str] | None = None
+    """Explicit mode: the content-block types that may carry a breakpoint (``None``: the Messages API's
+    own list, :data:`cachekit.blocks` ``_MARKABLE_TYPES``)."""
+    marker_roles: frozenset[str] | None = None
+    """Explicit mode: the message roles whose blocks may carry one (``None``: any role)."""
+    implicit_breakpoint: bool = False
+    """The provider places its own breakpoint at the end of the newest user or tool message unless the
+    request turns it off (OpenAI ``prompt_cache_options.mode="explicit"``); it takes one write."""
+    over_limit: OverLimit = "error"
+    """More breakpoints than ``max_breakpoints``: refused (Anthropic), or only the latest are written
+    (OpenAI: "writes up to the latest four explicit breakpoints")."""
+    ttl_order: bool = True
+    """Longer lifetimes must come before shorter ones (Anthropic refuses a 1h after a 5m marker)."""
+
+    def lifetime(self, tier: str) -> float:
+        """Seconds of a lifetime *tier*: ``"5m"`` is the provider's shortest option, ``"1h"`` its
+        longest (30m and 12h at OpenAI), any other name an option of its own."""
+        return self.ttl_seconds[self.tier_name(tier)]
+
+    def tier_name(self, tier: str) -> str:
+        """The provider's name for lifetime tier ``tier`` (see :meth:`lifetime`)."""
+        if tier in self.ttl_seconds:
+            return tier
+        ordered = sorted(self.ttl_seconds, key=self.ttl_seconds.__getitem__)
+        if tier == "5m":
+            return ordered[0]
+        if tier == "1h":
+            return ordered[-1]
+        raise KeyError(f"{tier!r} is not a cache lifetime of {self.provider} {self.prefix!r}")
+
+    def tier_of(self, name: str) -> str:
+        """The lifetime tier (``"5m"`` short, ``"1h"`` long) of the provider's option ``name``."""
+        seconds = self.ttl(name)
+        return "5m" if seconds <= min(self.ttl_seconds.values()) else "1h"
 
     def ttl(self, name: str) -> float:
         """Seconds of the lifetime option ``name``; :class:`KeyError` names the options when it is unknown."""
@@ -209,24 +255,36 @@ def _build(raw: Mapping[str, Any]) -> CacheRules:
     ttls = _ttls(raw)
     if mode == "explicit":
         max_breakpoints: int | None = _positive_int(raw, "max_breakpoints")
-        lookback: int | None = _positive_int(raw, "lookback_positions")
+        # null: no lookback limit (OpenAI: "without a content-block lookback limit").
+        lookback: int | None = _optional_int(raw, "lookback_positions")
         tool_runs = _flag(raw, "tool_runs_one_position")
         automatic = _flag(raw, "automatic_caching")
         if raw.get("increment_tokens") is not None:
             raise _RowError("increment_tokens", "applies to automatic caching only")
         increment = None
+        extra = _explicit_fields(raw)
+        # Each breakpoint field names its own lifetimes: cache_control 5m/1h, prompt_cache_breakpoint 30m/12h.
+        known = _FIELD_TTLS[extra.get("markers", ("cache_control",))[0]]
         for name in ttls:
-            if name not in ("5m", "1h"):
+            if name not in known:
                 raise _RowError(
-                    f"ttl_seconds.{name}", "explicit caching knows the lifetimes '5m' and '1h' only"
+                    f"ttl_seconds.{name}",
+                    f"explicit caching knows the lifetimes {' and '.join(map(repr, known))} only",
                 )
     else:
-        for key in ("max_breakpoints", "lookback_positions", "tool_runs_one_position", "automatic_caching"):
+        for key in (
+            "max_breakpoints",
+            "lookback_positions",
+            "tool_runs_one_position",
+            "automatic_caching",
+            *_EXPLICIT_ONLY,
+        ):
             if raw.get(key) is not None:
                 raise _RowError(key, "applies to explicit (breakpoint) caching only")
         max_breakpoints = lookback = None
         tool_runs = automatic = False
         increment = _positive_int(raw, "increment_tokens")
+        extra = {}
     note = raw.get("note")
     if note is not None and not isinstance(note, str):
         raise _RowError("note", f"must be a string, got {note!r}")
@@ -246,7 +304,43 @@ def _build(raw: Mapping[str, Any]) -> CacheRules:
         checked=_date(raw),
         context_window_source=_url(raw, "context_window_source", required=False),
         note=note,
+        **extra,
     )
+
+
+_FIELD_TTLS = {"cache_control": ("5m", "1h"), "prompt_cache_breakpoint": ("30m", "12h")}
+_EXPLICIT_ONLY = ("markers", "marker_types", "marker_roles", "implicit_breakpoint", "over_limit", "ttl_order")
+
+
+def _names(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    value = raw.get(key)
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(item, str) and item for item in value)
+        or (allowed is not None and not set(value) <= set(allowed))
+    ):
+        detail = f" of {', '.join(allowed)}" if allowed else ""
+        raise _RowError(key, f"must be a non-empty list of names{detail}, got {value!r}")
+    return tuple(value)
+
+
+def _explicit_fields(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The optional fields of an explicit-caching row (see :class:`CacheRules`), validated."""
+    extra: dict[str, Any] = {}
+    if raw.get("markers") is not None:
+        extra["markers"] = _names(raw, "markers", MARKER_FIELDS)
+    for key in ("marker_types", "marker_roles"):
+        if raw.get(key) is not None:
+            extra[key] = frozenset(_names(raw, key))
+    for key in ("implicit_breakpoint", "ttl_order"):
+        if raw.get(key) is not None:
+            extra[key] = _flag(raw, key)
+    if raw.get("over_limit") is not None:
+        if raw["over_limit"] not in ("error", "write_latest"):
+            raise _RowError("over_limit", f"must be 'error' or 'write_latest', got {raw['over_limit']!r}")
+        extra["over_limit"] = raw["over_limit"]
+    return extra
 
 
 def _label(index: int, raw: Any) -> str:

@@ -50,6 +50,14 @@ class Provider:
     hosts: tuple[str, ...]
     dialects: frozenset[Dialect]
     key_headers: tuple[str, ...]
+    host_suffixes: tuple[str, ...] = ()
+    """Hosts under these domains are this provider too (Azure's per-resource hosts)."""
+    rules_as: str | None = None
+    """The provider whose caching rules (cache_rules.json) apply to this one's models."""
+    routing_header: str | None = None
+    """The Chat Completions header that routes a conversation to one cache server, as OpenAI's
+    ``prompt_cache_key`` does (xAI: "The x-grok-conv-id HTTP header routes requests with the same
+    conversation ID to the same server", docs.x.ai, Prompt Caching, Maximizing Cache Hits)."""
 
 
 PROVIDERS: tuple[Provider, ...] = (
@@ -68,15 +76,32 @@ PROVIDERS: tuple[Provider, ...] = (
         _OPENAI_DIALECTS | _ANTHROPIC_DIALECTS,
         _OPENAI_KEY_HEADERS + _ANTHROPIC_KEY_HEADERS,
     ),
-    Provider("glm", ("open.bigmodel.cn", "api.z.ai"), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
+    # Z.ai (/api/anthropic) and Model Studio (/apps/anthropic) serve an Anthropic-compatible API too.
+    Provider(
+        "glm",
+        ("open.bigmodel.cn", "api.z.ai"),
+        _OPENAI_DIALECTS | _ANTHROPIC_DIALECTS,
+        _OPENAI_KEY_HEADERS + _ANTHROPIC_KEY_HEADERS,
+    ),
     Provider(
         "bailian",
         ("dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com", "dashscope-us.aliyuncs.com"),
-        _OPENAI_DIALECTS,
-        _OPENAI_KEY_HEADERS,
+        _OPENAI_DIALECTS | _ANTHROPIC_DIALECTS,
+        _OPENAI_KEY_HEADERS + _ANTHROPIC_KEY_HEADERS,
     ),
     Provider("gemini", ("generativelanguage.googleapis.com",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
-    Provider("xai", ("api.x.ai",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
+    Provider("xai", ("api.x.ai",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS, routing_header="x-grok-conv-id"),
+    # Azure OpenAI: one host per resource. "On GPT-5.6 models and later model families, cache writes can
+    # incur charges", and the GPT-5.6 family takes the same breakpoints (learn.microsoft.com, Azure
+    # OpenAI prompt caching; the Foundry SDK's PromptCacheBreakpointConfig).
+    Provider(
+        "azure",
+        (),
+        _OPENAI_DIALECTS,
+        _OPENAI_KEY_HEADERS,
+        host_suffixes=(".openai.azure.com", ".cognitiveservices.azure.com"),
+        rules_as="openai",
+    ),
 )
 
 _BY_HOST: dict[str, Provider] = {host: p for p in PROVIDERS for host in p.hosts}
@@ -93,7 +118,9 @@ class Route:
 
 
 def _provider_for(host: str, dialect: Dialect) -> Provider | None:
-    provider = _BY_HOST.get(host)
+    provider = _BY_HOST.get(host) or next(
+        (p for p in PROVIDERS if p.host_suffixes and host.endswith(p.host_suffixes)), None
+    )
     if provider is not None and dialect in provider.dialects:
         return provider
     return None

@@ -59,6 +59,7 @@ USAGE_ROWS: dict[str, tuple[str, ...]] = {
     "bailian": ("Bailian / DashScope (chat)",),
     "gemini": ("Gemini (OpenAI endpoint)", "OpenAI Chat Completions"),
     "xai": ("OpenAI Chat Completions",),
+    "azure": ("OpenAI Chat Completions", "OpenAI Responses"),
 }
 
 #: Illustrative usage objects in each provider's shape (the numbers are made up; the normalized
@@ -160,6 +161,17 @@ USAGE_EXAMPLES: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
             },
         ),
     ),
+    "azure": (
+        (
+            "openai_chat",
+            {
+                "prompt_tokens": 2006,
+                "completion_tokens": 300,
+                "total_tokens": 2306,
+                "prompt_tokens_details": {"cached_tokens": 1536, "cache_write_tokens": 400},
+            },
+        ),
+    ),
 }
 
 
@@ -209,6 +221,7 @@ def providers_table(_: str | None = None) -> str:
 
 def cache_rules_table(provider: str | None) -> str:
     """One provider's prompt-caching rules, a row per model family, with source and date."""
+    from cachekit.providers import PROVIDERS
     from cachekit.providers.cache_rules import default_cache_rules
 
     table = default_cache_rules()
@@ -216,6 +229,12 @@ def cache_rules_table(provider: str | None) -> str:
     rows = sorted(
         (r for r in table if r.provider == name), key=lambda r: _file_order().get((name, r.prefix), 0)
     )
+    follows = next((p.rules_as for p in PROVIDERS if p.name == name and p.rules_as), None)
+    if not rows and follows is not None:
+        return (
+            f"cachekit's rules table (`cachekit/providers/cache_rules.json`) has no row for `{name}`: its "
+            f"requests are planned by `{follows}`'s rows, model by model (see that provider's table)."
+        )
     if not rows:
         return (
             f"cachekit's rules table (`cachekit/providers/cache_rules.json`) has no row for `{name}`, so "
