@@ -60,7 +60,9 @@ class SemanticConfig:
             lower it with ``x-cachekit-semantic: <number>``.
         guards: run the guards (negation, numbers, changed content words, ...). Turning them off is
             for measurement only.
-        allow_sampling: also answer requests that sample (temperature absent or non-zero).
+        allow_sampling: also answer requests that ask for variety (``n`` > 1, or a ``temperature``
+            above the providers' default of 1). A request sampling at the default is served without
+            it: turning the layer on says that interchangeable questions may share an answer.
         k: candidates fetched per lookup (the best one that passes every guard wins).
         max_entries_per_partition: the oldest entries of a partition are dropped beyond this.
         enabled: on for every request of the client (``False``: only where a request or call site opts
@@ -195,8 +197,9 @@ class SemanticLayer:
         scope: Iterable[str],
         options: canonical.CanonicalOptions,
         ignore_fields: frozenset[str],
-    ) -> SemanticRequest | None:
-        """The request's partition and question, or ``None`` (counted by reason) when not eligible.
+    ) -> SemanticRequest | str:
+        """The request's partition and question, or why it is not eligible (counted by that reason:
+        ``sampling``, ``not_text``, ...; the pipeline says it in ``x-cachekit-semantic-ineligible``).
 
         The embedding model's id is part of the partition: vectors of two models never meet.
         """
@@ -210,7 +213,6 @@ class SemanticLayer:
         )
         if isinstance(prepared, str):
             self.stats.add("ineligible", prepared)
-            return None
         return prepared
 
     def lookup(
