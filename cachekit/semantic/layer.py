@@ -56,10 +56,19 @@ class SemanticConfig:
         embedder: the :class:`Embedder`; default all-MiniLM-L6-v2, bundled and offline (needs the
             ``semantic`` extra).
         threshold: the cosine similarity (in [-1, 1]) a candidate needs before the guards look at it;
-            ``None`` for :data:`cachekit.semantic.matcher.DEFAULT_THRESHOLD`. A request can raise or
-            lower it with ``x-cachekit-semantic: <number>``.
-        guards: run the guards (negation, numbers, changed content words, ...). Turning them off is
-            for measurement only.
+            ``None`` for the verifier's cosine floor (0.6), or, without the verifier,
+            :data:`cachekit.semantic.matcher.DEFAULT_THRESHOLD`. A request can raise or lower it
+            with ``x-cachekit-semantic: <number>``.
+        target_precision: the share of semantic hits that should be right answers, in (0, 1]: the
+            layer picks the verifier's operating point from the calibration table it ships
+            (:mod:`cachekit.semantic.verifier`; ``None``: its default target, 0.85 on real user
+            questions). A target the table never reached is a :class:`ConfigError` here.
+        max_false_hit_rate: at most this share of question pairs needing different answers may be
+            served, for every kind of pair in the calibration table (negation, antonym, number, ...).
+        verifier: score each candidate that passes the guards with the shipped pair classifier
+            (all-MiniLM-L6-v2 only; another embedder runs with the threshold and the guards).
+        guards: run the guards (negation, numbers, order, changed content words, ...). Turning them
+            off (which turns the verifier off too) is for measurement only.
         allow_sampling: also answer requests that ask for variety (``n`` > 1, or a ``temperature``
             above the providers' default of 1). A request sampling at the default is served without
             it: turning the layer on says that interchangeable questions may share an answer.
@@ -74,6 +83,9 @@ class SemanticConfig:
     index: VectorIndex | str = "memory://"
     embedder: Embedder | None = None
     threshold: float | None = None
+    target_precision: float | None = None
+    max_false_hit_rate: float | None = None
+    verifier: bool = True
     guards: bool = True
     allow_sampling: bool = False
     k: int = 4
@@ -84,6 +96,18 @@ class SemanticConfig:
     def __post_init__(self) -> None:
         if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
             raise ConfigError(f"semantic threshold is a cosine in [-1, 1], not {self.threshold!r}")
+        if self.target_precision is not None and not 0 < self.target_precision <= 1:
+            raise ConfigError(f"target_precision is a share in (0, 1], not {self.target_precision!r}")
+        if self.max_false_hit_rate is not None and not 0 <= self.max_false_hit_rate < 1:
+            raise ConfigError(f"max_false_hit_rate is a share in [0, 1), not {self.max_false_hit_rate!r}")
+        if (self.target_precision, self.max_false_hit_rate) != (None, None) and self.verifier and self.guards:
+            from cachekit.semantic.verifier import load_verifier, operating_point
+
+            operating_point(  # a target nobody measured is refused now, not at the first lookup
+                load_verifier(),
+                target_precision=self.target_precision,
+                max_false_hit_rate=self.max_false_hit_rate,
+            )
         if not isinstance(self.k, int) or self.k < 1:
             raise ConfigError(f"semantic k must be an integer >= 1, not {self.k!r}")
         if not isinstance(self.max_entries_per_partition, int) or self.max_entries_per_partition < 1:
@@ -175,16 +199,23 @@ class SemanticLayer:
 
     @property
     def matcher(self) -> Matcher:
-        """The matcher (threshold and guards); a request's own threshold is passed per lookup."""
-        from cachekit.semantic.matcher import DEFAULT_THRESHOLD, Matcher
+        """The matcher (threshold, guards, verifier at its operating point); a request's own threshold
+        is passed per lookup."""
+        from cachekit.semantic.matcher import build_matcher
 
         if self._matcher is None:
             embedder = self.embedder  # built first: it takes the same lock
             with self._lock:
                 if self._matcher is None:
-                    threshold = DEFAULT_THRESHOLD if self.config.threshold is None else self.config.threshold
-                    guards = None if self.config.guards else ()
-                    self._matcher = Matcher(embedder, threshold=threshold, guards=guards)
+                    config = self.config
+                    self._matcher = build_matcher(
+                        embedder,
+                        threshold=config.threshold,
+                        guards=config.guards,
+                        verifier=config.verifier,
+                        target_precision=config.target_precision,
+                        max_false_hit_rate=config.max_false_hit_rate,
+                    )
         return self._matcher
 
     # -- the steps ------------------------------------------------------------------------------------
