@@ -92,8 +92,9 @@ def test_symmetric_relations_and_moved_clauses_pass_the_order_guard(stored: str,
     assert order_guard(query, stored) is None
 
 
-def test_a_paraphrase_is_still_served_with_the_verifier(harness: Harness) -> None:
-    sdk = openai_sdk(harness)
+@pytest.mark.parametrize("semantic", [True, SemanticConfig(target_precision=0.8)])
+def test_a_paraphrase_is_still_served(harness: Harness, semantic: Any) -> None:
+    sdk = openai_sdk(harness, semantic)
     ask(sdk, "How do I reset my account password?")
     answer = ask(sdk, "How can I reset the password of my account?")
     assert answer.headers["x-cachekit-cache"] == "semantic"
@@ -107,10 +108,12 @@ def test_the_shipped_verifier_records_its_data_terms_and_calibration() -> None:
     document = shipped()
     assert document["features"] == list(FEATURES)
     assert len(document["weights"]) == len(FEATURES)
-    assert "research use" in document["fitted_on"] and "CC BY-SA 4.0" in document["fitted_on"]
+    assert "research use" in document["fitted_on"]
+    assert "CC BY-SA 4.0" in document["fitted_on"]
     assert "never fitted on" in document["calibrated_on"]
     thresholds = [row["threshold"] for row in document["calibration"]]
-    assert thresholds == sorted(thresholds) and len(thresholds) >= 5
+    assert thresholds == sorted(thresholds)
+    assert len(thresholds) >= 5
 
 
 @pytest.mark.parametrize("target", [0.75, 0.8, 0.85])
@@ -184,7 +187,7 @@ def test_index_mode_stores_every_question_in_one_partition_and_judges_the_served
 
 def test_curve_is_monotone_in_hits_and_matches_the_report_at_its_point() -> None:
     embedder = default_embedder()
-    report = evaluate(INDEX_PAIRS, embedder=embedder)
+    report = evaluate(INDEX_PAIRS, embedder=embedder, target_precision=0.8)
     assert report.operating_point is not None
     rows = curve(report)
     hits = [counts.hits for _, counts in rows]
@@ -205,6 +208,8 @@ def test_semantic_eval_cli_index_curve_and_compare(tmp_path: Path) -> None:
             str(path),
             "--index-size",
             "3",
+            "--target-precision",
+            "0.8",
             "--curve",
             "--compare",
             "threshold=0.9 no-verifier",
@@ -214,8 +219,11 @@ def test_semantic_eval_cli_index_curve_and_compare(tmp_path: Path) -> None:
     text = out.getvalue()
     assert code == 0, text
     assert "index of 3 questions" in text
-    assert "verifier score" in text and "<- operating point" in text
-    assert "A: " in text and "B: " in text and "threshold 0.9" in text
+    assert "verifier score" in text
+    assert "<- operating point" in text
+    assert "A: " in text
+    assert "B: " in text
+    assert "threshold 0.9" in text
     out = io.StringIO()
     assert main(["semantic-eval", str(path), "--json", "--compare", "no-guards"], out=out) == 0
     document = json.loads(out.getvalue())
@@ -224,3 +232,43 @@ def test_semantic_eval_cli_index_curve_and_compare(tmp_path: Path) -> None:
     out = io.StringIO()
     assert main(["semantic-eval", str(path), "--compare", "bogus=1"], out=out) == 2
     assert "--compare" in out.getvalue()
+
+
+def test_without_a_target_the_layer_runs_the_threshold_and_every_guard() -> None:
+    from cachekit.semantic.guards import ContentWordGuard
+    from cachekit.semantic.matcher import DEFAULT_THRESHOLD
+
+    layer = SemanticLayer(SemanticConfig())
+    try:
+        assert layer.matcher.verifier is None
+        assert layer.matcher.threshold == DEFAULT_THRESHOLD
+        assert any(isinstance(g, ContentWordGuard) for g in layer.matcher.guards)
+    finally:
+        layer.close()
+    assert WEIGHTS.stat().st_size < 16_000  # small enough to ship in the package
+    with pytest.raises(ConfigError, match="guards and the verifier"):
+        SemanticConfig(target_precision=0.8, verifier=False)
+
+
+class OtherModel:
+    """An embedder of another model: the shipped verifier does not belong to it."""
+
+    model_id = "st:other-model@0000"
+    dimension = 3
+
+    def embed(self, texts: Any) -> Any:
+        import numpy as np
+
+        return np.ones((len(texts), 3), dtype=np.float32) / np.sqrt(3)
+
+
+def test_another_embedder_runs_threshold_and_guards_and_refuses_a_precision_target() -> None:
+    from cachekit.semantic.guards import ContentWordGuard
+    from cachekit.semantic.matcher import DEFAULT_THRESHOLD, build_matcher
+
+    matcher = build_matcher(OtherModel())
+    assert matcher.verifier is None
+    assert matcher.threshold == DEFAULT_THRESHOLD
+    assert any(isinstance(g, ContentWordGuard) for g in matcher.guards)
+    with pytest.raises(ConfigError, match="calibrated verifier"):
+        build_matcher(OtherModel(), target_precision=0.8)

@@ -964,7 +964,7 @@ def analyze(text: str) -> Analysis:
 
 #: Auxiliaries that open a question ("is it ...", "why don't you ...").
 _AUXILIARIES = frozenset(
-    "am is are was were do does did have has had can could will would shall should may might must".split()
+    "am is are was were do does did have has had can could will would shall should may might must".split()  # noqa: SIM905
 )
 
 
@@ -1169,7 +1169,9 @@ def are_opposites(a: str, b: str) -> bool:
     more ("uppercase" / "lowercase", "upstream" / "downstream", "postwar" / "prewar")."""
     if _listed_opposites(a, b):
         return True
-    shared = min(len(os.path.commonprefix([a[::-1], b[::-1]])), len(a) - 1, len(b) - 1)
+    # The shared ending, letter by letter (commonprefix of the reversed words).
+    ending = os.path.commonprefix([a[::-1], b[::-1]])  # noqa: RUF071 - letters are what is compared
+    shared = min(len(ending), len(a) - 1, len(b) - 1)
     return any(_listed_opposites(a[:-k], b[:-k]) for k in range(3, shared + 1))
 
 

@@ -56,17 +56,16 @@ class SemanticConfig:
         embedder: the :class:`Embedder`; default all-MiniLM-L6-v2, bundled and offline (needs the
             ``semantic`` extra).
         threshold: the cosine similarity (in [-1, 1]) a candidate needs before the guards look at it;
-            ``None`` for the verifier's cosine floor (0.6), or, without the verifier,
-            :data:`cachekit.semantic.matcher.DEFAULT_THRESHOLD`. A request can raise or lower it
-            with ``x-cachekit-semantic: <number>``.
+            ``None`` for :data:`cachekit.semantic.matcher.DEFAULT_THRESHOLD` (or, with a precision
+            target, the verifier's cosine floor, 0.6). A request can raise or lower it with
+            ``x-cachekit-semantic: <number>``.
         target_precision: the share of semantic hits that should be right answers, in (0, 1]: the
-            layer picks the verifier's operating point from the calibration table it ships
-            (:mod:`cachekit.semantic.verifier`; ``None``: its default target, 0.85 on real user
-            questions). A target the table never reached is a :class:`ConfigError` here.
-        max_false_hit_rate: at most this share of question pairs needing different answers may be
-            served, for every kind of pair in the calibration table (negation, antonym, number, ...).
-        verifier: score each candidate that passes the guards with the shipped pair classifier
-            (all-MiniLM-L6-v2 only; another embedder runs with the threshold and the guards).
+            layer then scores candidates with the shipped verifier and picks its operating point
+            from the calibration table shipped with it (:mod:`cachekit.semantic.verifier`). A target
+            the table never reached is a :class:`ConfigError` here.
+        max_false_hit_rate: ... or at most this share of question pairs needing different answers
+            served, for every kind of pair in the calibration table (negation, antonym, ...).
+        verifier: allow the verifier (all-MiniLM-L6-v2 only) where a precision target asks for it.
         guards: run the guards (negation, numbers, order, changed content words, ...). Turning them
             off (which turns the verifier off too) is for measurement only.
         allow_sampling: also answer requests that ask for variety (``n`` > 1, or a ``temperature``
@@ -100,7 +99,10 @@ class SemanticConfig:
             raise ConfigError(f"target_precision is a share in (0, 1], not {self.target_precision!r}")
         if self.max_false_hit_rate is not None and not 0 <= self.max_false_hit_rate < 1:
             raise ConfigError(f"max_false_hit_rate is a share in [0, 1), not {self.max_false_hit_rate!r}")
-        if (self.target_precision, self.max_false_hit_rate) != (None, None) and self.verifier and self.guards:
+        targeted = (self.target_precision, self.max_false_hit_rate) != (None, None)
+        if targeted and not (self.verifier and self.guards):
+            raise ConfigError("a precision target needs the guards and the verifier (both on by default)")
+        if targeted:
             from cachekit.semantic.verifier import load_verifier, operating_point
 
             operating_point(  # a target nobody measured is refused now, not at the first lookup
