@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from cachekit.semantic.embedders import default_embedder
 from cachekit.semantic.evaluate import Pair, curve, evaluate
 from cachekit.semantic.verifier import FEATURES
 from tests.conftest import Harness
+from tests.redis_servers import redis8_server  # noqa: F401 - the session fixture
 
 pytestmark = pytest.mark.slow
 
@@ -272,3 +274,23 @@ def test_another_embedder_runs_threshold_and_guards_and_refuses_a_precision_targ
     assert any(isinstance(g, ContentWordGuard) for g in matcher.guards)
     with pytest.raises(ConfigError, match="calibrated verifier"):
         build_matcher(OtherModel(), target_precision=0.8)
+
+
+def test_structure_refusals_and_a_precision_target_on_a_redis8_index(
+    harness: Harness, redis8_server: Any
+) -> None:
+    from cachekit.semantic.index_redis import RedisVectorIndex
+
+    index = RedisVectorIndex(redis8_server.url, prefix=f"prec-{uuid.uuid4().hex[:8]}:")
+    try:
+        sdk = openai_sdk(harness, SemanticConfig(index=index, target_precision=0.8))
+        ask(sdk, "What is 10 minus 3?")
+        swapped = ask(sdk, "What is 3 minus 10?")
+        assert swapped.headers["x-cachekit-cache"] == "miss"
+        assert "order" in swapped.headers["x-cachekit-semantic-refused"]
+        ask(sdk, "How do I reset my account password?")
+        assert (
+            ask(sdk, "How can I reset the password of my account?").headers["x-cachekit-cache"] == "semantic"
+        )
+    finally:
+        index.close()
