@@ -277,11 +277,12 @@ def test_another_embedder_runs_threshold_and_guards_and_refuses_a_precision_targ
 
 
 def test_structure_refusals_and_a_precision_target_on_a_redis8_index(
-    harness: Harness, redis8_server: Any
+    harness: Harness, request: pytest.FixtureRequest
 ) -> None:
     from cachekit.semantic.index_redis import RedisVectorIndex
 
-    index = RedisVectorIndex(redis8_server.url, prefix=f"prec-{uuid.uuid4().hex[:8]}:")
+    server = request.getfixturevalue("redis8_server")
+    index = RedisVectorIndex(server.url, prefix=f"prec-{uuid.uuid4().hex[:8]}:")
     try:
         sdk = openai_sdk(harness, SemanticConfig(index=index, target_precision=0.8))
         ask(sdk, "What is 10 minus 3?")
