@@ -16,6 +16,11 @@ is a logistic regression (``score = sigmoid(w . features + b)``): thirteen weigh
 the user's target (``SemanticConfig(target_precision=0.98)``) or whose false-hit rate stays under a
 maximum (``max_false_hit_rate=0.005``), so the setting is a precision, not a raw number.
 
+Attribution: the weights and the calibration table are derived from the CANNOT negation dataset
+(github.com/dmlls/cannot-dataset, CC BY-SA 4.0) and from Quora Question Pairs as shipped in GPTCache
+(Quora's terms: research use), cachekit's development ``pairs-train.jsonl``; ``fitted_on`` says so in
+the file itself.
+
 The weights are rebuilt by ``scripts/build_semantic_verifier.py`` (deterministic, from the labelled
 pairs it names); they belong to one embedding model (``model``), and a layer on any other embedder
 runs without the verifier (the guards and the cosine threshold decide).
