@@ -288,41 +288,88 @@ def _semantic_eval(args: argparse.Namespace, out: TextIO) -> int:
 
     try:
         from cachekit.semantic.embedders import default_embedder
-        from cachekit.semantic.evaluate import evaluate, load_pairs, render_text
-        from cachekit.semantic.matcher import DEFAULT_THRESHOLD
+        from cachekit.semantic.evaluate import (
+            curve,
+            evaluate,
+            load_pairs,
+            render_compare,
+            render_curve,
+            render_text,
+        )
 
         if args.index == "redis" and not args.redis_url:
             out.write("cachekit semantic-eval: --index redis needs --redis-url URL (Redis 8)\n")
             return 2
         pairs = load_pairs(args.pairs)
+        settings = [_eval_settings(args)]
+        if args.compare is not None:
+            settings.append(_eval_settings(args, args.compare))
         index: Any = None
         if args.index == "redis":
             from cachekit.semantic.index_redis import RedisVectorIndex
 
             index = RedisVectorIndex(args.redis_url, timeout=5.0)
-        threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
         try:
             with ProgressPrinter(sys.stderr, "cachekit semantic-eval") as progress:
-                report = evaluate(
-                    pairs,
-                    embedder=default_embedder(),
-                    threshold=threshold,
-                    guards=not args.no_guards,
-                    index=index,
-                    progress=progress,
-                )
+                reports = [
+                    evaluate(
+                        pairs,
+                        embedder=default_embedder(),
+                        index=index,
+                        index_size=args.index_size,
+                        progress=progress,
+                        **setting,
+                    )
+                    for setting in settings
+                ]
         finally:
             if index is not None:
                 index.close()
     except (CachekitError, OSError, ValueError) as exc:
         out.write(f"cachekit semantic-eval: {exc}\n")
         return 2
+    report = reports[0]
     if args.json:
-        out.write(json.dumps(report.to_dict(), indent=2) + "\n")
-    else:
-        out.write(render_text(report))
-        out.write("\n")
+        document: dict[str, Any] = report.to_dict()
+        if args.curve:
+            document["curve"] = [{"point": p, **c.to_dict()} for p, c in curve(report)]
+        if len(reports) > 1:
+            document = {"a": document, "b": reports[1].to_dict()}
+        out.write(json.dumps(document, indent=2) + "\n")
+        return 0
+    out.write(render_text(report) + "\n")
+    if report.calibrated_on:
+        out.write(f"operating point calibrated on: {report.calibrated_on}\n")
+    if args.curve:
+        out.write(render_curve(report, curve(report)) + "\n")
+    if len(reports) > 1:
+        out.write(render_compare(report, reports[1]) + "\n")
     return 0
+
+
+def _eval_settings(args: argparse.Namespace, spec: str | None = None) -> dict[str, Any]:
+    """The evaluate() settings of the command line, or of a ``--compare`` spec such as
+    ``"threshold=0.9 no-verifier"`` (``threshold=``, ``target-precision=``, ``max-false-hit-rate=``,
+    ``no-guards``, ``no-verifier``; what it leaves out is the command line's)."""
+    settings: dict[str, Any] = {
+        "threshold": args.threshold,
+        "guards": not args.no_guards,
+        "verifier": not args.no_verifier,
+        "target_precision": args.target_precision,
+        "max_false_hit_rate": args.max_false_hit_rate,
+    }
+    if spec is None:
+        return settings
+    settings.update(threshold=None, target_precision=None, max_false_hit_rate=None)
+    for word in spec.replace(",", " ").split():
+        name, _, value = word.partition("=")
+        if name in ("no-guards", "no-verifier") and not value:
+            settings[name[3:]] = False
+        elif name in ("threshold", "target-precision", "max-false-hit-rate") and value:
+            settings[name.replace("-", "_")] = float(value)
+        else:
+            raise ValueError(f"--compare: cannot read {word!r} (threshold=, target-precision=, ...)")
+    return settings
 
 
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
@@ -574,7 +621,7 @@ def _add_semantic_eval(commands: Any) -> None:
     )
     evaluation.add_argument("pairs", metavar="PAIRS.jsonl", help='lines of {"a", "b", "same", "kind"}')
     evaluation.add_argument(
-        "--threshold", type=float, help="cosine threshold (default: the semantic cache's, 0.8)"
+        "--threshold", type=float, help="cosine threshold (default: the semantic cache's)"
     )
     evaluation.add_argument("--no-guards", action="store_true", help="the threshold alone decides")
     evaluation.add_argument(
@@ -587,6 +634,26 @@ def _add_semantic_eval(commands: Any) -> None:
         "--redis-url", metavar="URL", help="a Redis 8 server for --index redis (no default: needed there)"
     )
     evaluation.add_argument("--json", action="store_true", help="print the counts as JSON")
+    # issue 18: precision as a setting, index mode, curves and comparisons.
+    evaluation.add_argument(
+        "--target-precision", type=float, help="pick the operating point for this precision"
+    )
+    evaluation.add_argument(
+        "--max-false-hit-rate", type=float, help="... or for this false-hit rate, per kind"
+    )
+    evaluation.add_argument("--no-verifier", action="store_true", help="the threshold and the guards decide")
+    evaluation.add_argument(
+        "--index-size",
+        type=int,
+        metavar="N",
+        help="store the first N pairs' a in one partition and ask each b (a hit must serve the query)",
+    )
+    evaluation.add_argument("--curve", action="store_true", help="precision/recall over operating points")
+    evaluation.add_argument(
+        "--compare",
+        metavar="SPEC",
+        help='a second configuration side by side, e.g. "threshold=0.9 no-verifier"',
+    )
     evaluation.set_defaults(run=_semantic_eval)
 
 

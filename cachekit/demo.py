@@ -569,9 +569,8 @@ def run_demo(
         plain = _timed_run(
             "plain SDK run", provider, shared=shared, cache=None, progress=progress, timings=timings
         )
-        # A FAQ answer serves any rewording of its question, so the semantic cache may answer requests
-        # that would sample (the current SDKs send no temperature to Claude models).
-        semantic = SemanticConfig(allow_sampling=True)
+        # The defaults, as a user turns it on: requests sampling at the provider's default are served.
+        semantic = SemanticConfig()
         cache = cachekit.Cache(cachekit.CacheConfig(store="memory://", ledger=False, semantic=semantic))
         try:
             layer = cache.pipeline.semantic

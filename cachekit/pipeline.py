@@ -97,6 +97,8 @@ CACHE_HEADER = "x-cachekit-cache"
 SIMILARITY_HEADER = "x-cachekit-similarity"
 #: On a semantic miss: why similar stored questions were not served (guard reasons, comma-separated).
 REFUSED_HEADER = "x-cachekit-semantic-refused"
+#: On a request the semantic layer could not serve at all: why (``sampling``, ``not_text``, ...).
+INELIGIBLE_HEADER = "x-cachekit-semantic-ineligible"
 KEY_HEADER = "x-cachekit-key"
 #: On a bypass: why the cache was not used, as short stable tokens (comma-separated when several):
 #: ``caller``, ``cache-off``, ``not-keyable``, ``store-unavailable``, ``bad-control``, ``lint``, or
@@ -376,10 +378,12 @@ class _Call:
 
 @dataclass(frozen=True, slots=True)
 class _SemanticCall:
-    """A semantic lookup that missed, kept to index the fresh answer once it is stored."""
+    """A semantic lookup that missed, kept to index the fresh answer once it is stored; or, with no
+    lookup, why the request was not eligible (told in :data:`INELIGIBLE_HEADER`)."""
 
     layer: SemanticLayer
-    lookup: Lookup
+    lookup: Lookup | None
+    ineligible: str | None = None
 
 
 class _BadControl(ValueError):
@@ -463,8 +467,10 @@ def _miss_headers(breakpoints: str | None, semantic: _SemanticCall | None) -> tu
     headers: list[tuple[str, str]] = []
     if breakpoints is not None:
         headers.append((BREAKPOINTS_HEADER, breakpoints))
-    if semantic is not None and semantic.lookup.rejected:
+    if semantic is not None and semantic.lookup is not None and semantic.lookup.rejected:
         headers.append((REFUSED_HEADER, ", ".join(sorted(semantic.lookup.rejected))))
+    if semantic is not None and semantic.ineligible is not None:
+        headers.append((INELIGIBLE_HEADER, semantic.ineligible))
     return tuple(headers)
 
 
@@ -868,7 +874,7 @@ class Pipeline:
             return None, None
         threshold = call.control.semantic_threshold
 
-        def look() -> Lookup | None:
+        def look() -> Lookup | str:
             prepared = layer.prepare(
                 call.route.dialect,
                 parsed,
@@ -876,15 +882,17 @@ class Pipeline:
                 options=self._options,
                 ignore_fields=self.config.ignore_fields,
             )
-            return None if prepared is None else layer.lookup(prepared, binding, threshold, search=search)
+            if isinstance(prepared, str):
+                return prepared  # not eligible: the reason
+            return layer.lookup(prepared, binding, threshold, search=search)
 
         try:
-            found: Lookup | None = yield Offload(lambda: layer.run(look))
+            found: Lookup | str = yield Offload(lambda: layer.run(look))
         except Exception as exc:
             self._semantic_failed("lookup", exc, layer)
             return None, None
-        if found is None:
-            return None, None
+        if isinstance(found, str):
+            return None, _SemanticCall(layer, None, ineligible=found)
         self.semantic_breaker.success()  # only once the index (or embedder) was actually used
         semantic = _SemanticCall(layer, found)
         hit = found.hit
@@ -909,6 +917,8 @@ class Pipeline:
     ) -> Generator[Effect, Any, None]:
         """Index a stored answer (``remember``) or drop a stale one (``forget``); failures are counted."""
         layer, found = semantic.layer, semantic.lookup
+        if found is None:  # the request was not eligible: nothing to index
+            return
         if what == "remember":
             action: Callable[[], None] = lambda: layer.remember(found, entry_key, ttl)  # noqa: E731
         else:
@@ -927,6 +937,8 @@ class Pipeline:
         if exc is not None or semantic is None or not self.semantic_breaker.allow():
             return
         layer, found = semantic.layer, semantic.lookup
+        if found is None:  # the request was not eligible: nothing to index
+            return
 
         def remember() -> None:
             try:

@@ -185,8 +185,8 @@ def test_tenants_never_see_each_others_entries(world: World) -> None:
 @pytest.mark.parametrize(
     ("first", "then", "reason"),
     [
-        ({"temperature": 0.7}, {"temperature": 0.7}, "sampling"),
-        ({"temperature": None}, {"temperature": None}, "sampling"),
+        ({"temperature": 1.5}, {"temperature": 1.5}, "sampling"),
+        ({"temperature": 2}, {"temperature": 2}, "sampling"),
     ],
 )
 def test_sampling_requests_are_not_served_unless_opted_in(

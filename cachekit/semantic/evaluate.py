@@ -14,22 +14,39 @@ Two file formats are read (JSON Lines, one pair a line):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cachekit._progress import Progress, tracked
 from cachekit.semantic.base import Candidate, Embedder, Vector, VectorIndex
 from cachekit.semantic.guards import ContentWordGuard
-from cachekit.semantic.matcher import Matcher
+from cachekit.semantic.matcher import REASON_VERIFIER, Matcher, build_matcher
 
-__all__ = ["Counts", "EvalReport", "Pair", "PairResult", "evaluate", "load_pairs", "render_text"]
+__all__ = [
+    "Counts",
+    "EvalReport",
+    "Option",
+    "Pair",
+    "PairResult",
+    "curve",
+    "evaluate",
+    "load_pairs",
+    "render_compare",
+    "render_curve",
+    "render_text",
+]
 
 #: How long an evaluation entry may live in the index if removing it fails (seconds).
 _ENTRY_TTL = 600.0
+#: Candidates fetched per lookup in index mode (as :class:`~cachekit.semantic.layer.SemanticConfig`).
+_INDEX_K = 4
+_SCORE_POINTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94, 0.96, 0.98, 0.99)
+_COSINE_POINTS = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.92, 0.94, 0.96, 0.98)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +118,19 @@ class Counts:
     false_hits: int = 0
 
     def add(self, same: bool, hit: bool) -> None:
-        """Count one pair."""
+        """Count one pair asked in its own partition: a hit is right exactly when the pair is same."""
+        self.count(same, right=hit and same, wrong=hit and not same)
+
+    def count(self, same: bool, *, right: bool, wrong: bool) -> None:
+        """Count one query labelled ``same`` (or different) that was served a ``right`` answer, a
+        ``wrong`` one, or neither (in an index, a same-labelled query can be served a wrong one)."""
         self.pairs += 1
         if same:
             self.same += 1
-            self.true_hits += hit
         else:
             self.different += 1
-            self.false_hits += hit
+        self.true_hits += right
+        self.false_hits += wrong
 
     @property
     def hits(self) -> int:
@@ -145,16 +167,35 @@ class Counts:
 
 
 @dataclass(frozen=True, slots=True)
+class Option:
+    """One stored question a query could be answered with, as the matcher judged it."""
+
+    #: Cosine similarity of the query and the stored question.
+    similarity: float
+    #: The reason of the guard that rejected it (``None``: every guard passed).
+    reason: str | None
+    #: The verifier's score (``None``: no verifier, or a guard rejected it first).
+    score: float | None
+    #: Whether the stored question's answer serves the query (the file's label).
+    right: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PairResult:
-    """What the cache did with one pair."""
+    """What the cache did with one pair (in index mode: with the pair's ``b`` asked of the index)."""
 
     pair: Pair
     #: Cosine similarity of ``a`` and ``b``.
     similarity: float
-    #: Whether ``b`` was answered with ``a``'s entry.
+    #: Whether ``b`` was answered from the cache.
     hit: bool
-    #: Why not: the reason of the guard that rejected ``a``; ``None`` on a hit or below the threshold.
+    #: Why not: the reason of the guard (or ``verifier``) that refused the best candidate; ``None`` on a
+    #: hit or below the threshold.
     rejected_by: str | None
+    #: The stored questions at or above the threshold, most similar first, as judged (for ``--curve``).
+    options: tuple[Option, ...] = ()
+    #: Whether the hit served a right answer (``False`` on a miss).
+    right: bool = False
 
 
 @dataclass(slots=True)
@@ -167,6 +208,12 @@ class EvalReport:
     total: Counts = field(default_factory=Counts)
     by_kind: dict[str, Counts] = field(default_factory=dict)
     results: list[PairResult] = field(default_factory=list)
+    #: The verifier's operating point (a score in [0, 1]); ``None`` when no verifier ran.
+    operating_point: float | None = None
+    #: Where the verifier's operating point was calibrated ("" without a verifier).
+    calibrated_on: str = ""
+    #: ``None``: pair by pair, each in an empty partition; else how many questions shared one index.
+    index_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly ``pairs, same, different, true_hits, false_hits, precision, recall,
@@ -175,13 +222,23 @@ class EvalReport:
         out["by_kind"] = {kind: self.by_kind[kind].to_dict() for kind in sorted(self.by_kind)}
         return out
 
+    def settings(self) -> str:
+        """The operating point in words, for the table's heading."""
+        point = (
+            f"threshold {self.threshold:g}, verifier at {self.operating_point:g}"
+            if self.operating_point is not None
+            else f"threshold {self.threshold:g}"
+        )
+        mode = "pairwise" if self.index_size is None else f"index of {self.index_size} questions"
+        return f"{self.model_id}, {point}, guards {'on' if self.guards else 'off'}, {mode}"
+
 
 def _default_index() -> VectorIndex | None:
     try:
         from cachekit.semantic.index_memory import MemoryVectorIndex
     except ImportError:  # pragma: no cover - the memory index ships with cachekit
         return None
-    return MemoryVectorIndex()
+    return MemoryVectorIndex(max_entries_per_partition=1_000_000)
 
 
 def _embed_all(
@@ -202,13 +259,61 @@ def _embed_all(
     return vectors
 
 
+def _judge(
+    matcher: Matcher, query: str, candidates: Sequence[Candidate], right: Callable[[str], bool]
+) -> tuple[Option, ...]:
+    """Every candidate at or above the matcher's threshold, judged as :meth:`Matcher.match` would."""
+    options: list[Option] = []
+    for candidate in sorted(candidates, key=lambda c: c.similarity, reverse=True):
+        if candidate.similarity < matcher.threshold:
+            break
+        reason = matcher.check(query, candidate.text)
+        score = matcher.score(query, candidate) if reason is None else None
+        options.append(Option(candidate.similarity, reason, score, right(candidate.text)))
+    return tuple(options)
+
+
+def _served(
+    options: Sequence[Option], *, score: float | None, cosine: float
+) -> tuple[Option | None, str | None]:
+    """The option served at an operating point (a verifier ``score``, or a ``cosine`` threshold
+    alone), and the reason the best refused one was refused."""
+    refused: str | None = None
+    for option in options:
+        if option.similarity < cosine:
+            break
+        if option.reason is not None:
+            refused = refused or option.reason
+        elif score is not None and option.score is not None and option.score < score:
+            refused = refused or REASON_VERIFIER
+        else:
+            return option, None
+    return None, refused
+
+
+def _labelled(same: bool, _stored: str) -> bool:
+    """Pairwise, the one stored question serves the query exactly when the pair is labelled same."""
+    return same
+
+
+def _serves(pairs: Sequence[Pair]) -> Callable[[str, str], bool]:
+    """Whether, by the file's labels, the answer to one question serves another (the same text, or a
+    pair labelled same in either order). An unlabelled pair counts as not served: conservative."""
+    same = {(p.a, p.b) for p in pairs if p.same} | {(p.b, p.a) for p in pairs if p.same}
+    return lambda query, stored: query == stored or (query, stored) in same
+
+
 def evaluate(
     pairs: Iterable[Pair],
     *,
     embedder: Embedder,
-    threshold: float,
-    guards: bool,
+    threshold: float | None = None,
+    guards: bool = True,
+    verifier: bool = True,
+    target_precision: float | None = None,
+    max_false_hit_rate: float | None = None,
     index: VectorIndex | None = None,
+    index_size: int | None = None,
     batch_size: int = 256,
     progress: Progress | None = None,
 ) -> EvalReport:
@@ -216,54 +321,209 @@ def evaluate(
 
     Args:
         pairs: the labelled pairs (see :func:`load_pairs`).
-        embedder: embeds the questions (and, for the content-word guard, single words).
-        threshold: the cosine (in [-1, 1]) a candidate needs.
+        embedder: embeds the questions (and, for the guards and the verifier, single words).
+        threshold: the cosine (in [-1, 1]) a candidate needs (``None``: as the semantic layer).
         guards: run the default guards (``False``: the threshold alone decides).
+        verifier: run the shipped verifier where it serves ``embedder`` (as the semantic layer).
+        target_precision, max_false_hit_rate: pick the verifier's operating point, as
+            :class:`~cachekit.semantic.layer.SemanticConfig` does.
         index: any :class:`~cachekit.semantic.base.VectorIndex`; one fresh partition per pair, and
             each entry removed after its lookup. ``None``: a new in-memory index (closed afterwards).
+        index_size: instead of one partition per pair, store the ``a`` of the first ``index_size``
+            pairs in one partition and ask each of their ``b``: a hit is right only when the stored
+            question it served is one whose answer serves the query (the same text or a pair
+            labelled same), which is how a cache full of questions behaves.
         batch_size: texts per call to ``embedder.embed``.
         progress: called as ``progress(stage, done, total)`` while the questions are embedded
-            (``"embedding questions"``) and the pairs looked up (``"looking up pairs"``).
+            (``"embedding questions"``), stored (``"storing questions"``) and the pairs looked up
+            (``"looking up pairs"``).
     """
     import numpy as np
 
     pairs = list(pairs)
+    if index_size is not None:
+        if index_size < 1:
+            raise ValueError(f"index_size must be at least 1, not {index_size}")
+        pairs = pairs[:index_size]
     texts = [text for pair in pairs for text in (pair.a, pair.b)]
     vectors = _embed_all(embedder, texts, batch_size, progress)
-    matcher = Matcher(embedder, threshold=threshold, guards=None if guards else ())
-    close = [(p.b, p.a) for p in pairs if float(np.dot(vectors[p.a], vectors[p.b])) >= threshold]
-    for guard in matcher.guards:
+    matcher = build_matcher(
+        embedder,
+        threshold=threshold,
+        guards=guards,
+        verifier=verifier,
+        target_precision=target_precision,
+        max_false_hit_rate=max_false_hit_rate,
+    )
+    close = [(p.b, p.a) for p in pairs if float(np.dot(vectors[p.a], vectors[p.b])) >= matcher.threshold]
+    for guard in (*matcher.guards, matcher.words):
         if isinstance(guard, ContentWordGuard):
             guard.prepare(close, batch_size=batch_size)
-    report = EvalReport(threshold=threshold, guards=guards, model_id=embedder.model_id)
+    report = EvalReport(
+        threshold=matcher.threshold,
+        guards=guards,
+        model_id=embedder.model_id,
+        operating_point=matcher.min_score if matcher.verifier is not None else None,
+        calibrated_on=matcher.verifier.calibrated_on if matcher.verifier is not None else "",
+        index_size=index_size,
+    )
     own_index = index is None
     if index is None:
         index = _default_index()
-    run = uuid.uuid4().hex[:12]
     try:
-        for number, pair in enumerate(tracked(pairs, progress, "looking up pairs")):
-            stored, query = vectors[pair.a], vectors[pair.b]
-            similarity = float(np.dot(stored, query))
-            key = f"eval-{number}"
-            if index is not None:
-                partition = f"cachekit-eval:{run}:{number}"
-                index.add(partition, key, stored, pair.a, ttl=_ENTRY_TTL)
-                try:
-                    candidates = index.search(partition, query, k=1, min_similarity=threshold)
-                finally:
-                    index.remove(partition, key)
-            else:
-                candidates = [Candidate(key, similarity, pair.a)] if similarity >= threshold else []
-            result = matcher.match(pair.b, candidates)
-            hit = result.hit is not None
-            report.total.add(pair.same, hit)
-            report.by_kind.setdefault(pair.kind, Counts()).add(pair.same, hit)
-            rejected_by = next(iter(result.rejected), None)
-            report.results.append(PairResult(pair, similarity, hit, rejected_by))
+        if index_size is None:
+            _pairwise(pairs, vectors, matcher=matcher, index=index, report=report, progress=progress)
+        else:
+            _indexed(pairs, vectors, matcher=matcher, index=index, report=report, progress=progress)
     finally:
         if own_index and index is not None:
             index.close()
     return report
+
+
+def _count(report: EvalReport, result: PairResult) -> None:
+    report.results.append(result)
+    for counts in (report.total, report.by_kind.setdefault(result.pair.kind, Counts())):
+        counts.count(
+            result.pair.same, right=result.hit and result.right, wrong=result.hit and not result.right
+        )
+
+
+def _result(pair: Pair, similarity: float, options: tuple[Option, ...], matcher: Matcher) -> PairResult:
+    served, refused = _served(
+        options, score=matcher.min_score if matcher.verifier is not None else None, cosine=matcher.threshold
+    )
+    return PairResult(
+        pair, similarity, served is not None, refused, options, served is not None and served.right
+    )
+
+
+def _pairwise(
+    pairs: list[Pair],
+    vectors: dict[str, Vector],
+    *,
+    matcher: Matcher,
+    index: VectorIndex | None,
+    report: EvalReport,
+    progress: Progress | None,
+) -> None:
+    import numpy as np
+
+    run = uuid.uuid4().hex[:12]
+    for number, pair in enumerate(tracked(pairs, progress, "looking up pairs")):
+        stored, query = vectors[pair.a], vectors[pair.b]
+        similarity = float(np.dot(stored, query))
+        key = f"eval-{number}"
+        if index is not None:
+            partition = f"cachekit-eval:{run}:{number}"
+            index.add(partition, key, stored, pair.a, ttl=_ENTRY_TTL)
+            try:
+                candidates = index.search(partition, query, k=1, min_similarity=matcher.threshold)
+            finally:
+                index.remove(partition, key)
+        else:
+            candidates = [Candidate(key, similarity, pair.a)] if similarity >= matcher.threshold else []
+        options = _judge(matcher, pair.b, candidates, functools.partial(_labelled, pair.same))
+        _count(report, _result(pair, similarity, options, matcher))
+
+
+def _indexed(
+    pairs: list[Pair],
+    vectors: dict[str, Vector],
+    *,
+    matcher: Matcher,
+    index: VectorIndex | None,
+    report: EvalReport,
+    progress: Progress | None,
+) -> None:
+    import numpy as np
+
+    if index is None:  # pragma: no cover - the memory index ships with cachekit
+        raise ValueError("--index-size needs a vector index")
+    serves = _serves(pairs)
+    partition = f"cachekit-eval:{uuid.uuid4().hex[:12]}:index"
+    stored = list(dict.fromkeys(p.a for p in pairs))
+    try:
+        for number, text in enumerate(tracked(stored, progress, "storing questions")):
+            index.add(partition, f"eval-{number}", vectors[text], text, ttl=_ENTRY_TTL)
+        for pair in tracked(pairs, progress, "looking up pairs"):
+            found = index.search(partition, vectors[pair.b], k=_INDEX_K, min_similarity=matcher.threshold)
+            options = _judge(matcher, pair.b, found, functools.partial(serves, pair.b))
+            similarity = float(np.dot(vectors[pair.a], vectors[pair.b]))
+            _count(report, _result(pair, similarity, options, matcher))
+    finally:
+        for number in range(len(stored)):
+            index.remove(partition, f"eval-{number}")
+
+
+def curve(report: EvalReport, points: Sequence[float] | None = None) -> list[tuple[float, Counts]]:
+    """Precision and recall at a range of operating points, from the judged options of ``report``:
+    verifier score thresholds where the verifier ran, else cosine thresholds from the report's."""
+    verified = report.operating_point is not None
+    if points is None and report.operating_point is not None:
+        points = sorted({*_SCORE_POINTS, report.operating_point})
+    elif points is None:
+        points = [t for t in _COSINE_POINTS if t >= report.threshold]
+    rows: list[tuple[float, Counts]] = []
+    for point in points:
+        counts = Counts()
+        for result in report.results:
+            served, _ = _served(
+                result.options,
+                score=point if verified else None,
+                cosine=report.threshold if verified else point,
+            )
+            counts.count(
+                result.pair.same,
+                right=served is not None and served.right,
+                wrong=served is not None and not served.right,
+            )
+        rows.append((point, counts))
+    return rows
+
+
+def render_curve(report: EvalReport, rows: Sequence[tuple[float, Counts]]) -> str:
+    """The ``--curve`` table: one line per operating point."""
+    what = "verifier score" if report.operating_point is not None else "cosine"
+    lines = [f"{what:>14}  {'hits':>5}  {'precision':>9}  {'recall':>6}  {'false-hit':>9}"]
+    for point, counts in rows:
+        marker = (
+            " <- operating point"
+            if report.operating_point is not None and abs(point - report.operating_point) < 1e-9
+            else ""
+        )
+        precision = _rate(counts.precision, counts.hits)
+        recall, false_hits = _rate(counts.recall, counts.same), _rate(counts.false_hit_rate, counts.different)
+        lines.append(
+            f"{point:>14.3f}  {counts.hits:>5}  {precision:>9}  {recall:>6}  {false_hits:>9}{marker}"
+        )
+    return "\n".join(lines)
+
+
+def render_compare(first: EvalReport, second: EvalReport) -> str:
+    """Two reports on the same pairs side by side: precision / recall / false-hit per kind."""
+    lines = [f"A: {first.settings()}", f"B: {second.settings()}"]
+    header = ("kind", "A precision", "A recall", "A false-hit", "B precision", "B recall", "B false-hit")
+    rows: list[tuple[str, ...]] = [header]
+    kinds = sorted(set(first.by_kind) | set(second.by_kind))
+    for name in [*kinds, "all"]:
+        cells = [name or "(none)"]
+        for report in (first, second):
+            c = report.total if name == "all" else report.by_kind.get(name, Counts())
+            cells += [
+                _rate(c.precision, c.hits),
+                _rate(c.recall, c.same),
+                _rate(c.false_hit_rate, c.different),
+            ]
+        rows.append(tuple(cells))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for row in rows:
+        lines.append(
+            "  ".join(
+                [row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True))]
+            )
+        )
+    return "\n".join(lines)
 
 
 def _rate(value: float, denominator: int) -> str:
@@ -289,10 +549,7 @@ def render_text(report: EvalReport) -> str:
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        f"semantic-eval: {report.model_id}, threshold {report.threshold:g}, "
-        f"guards {'on' if report.guards else 'off'}"
-    ]
+    lines = [f"semantic-eval: {report.settings()}"]
     for index, row in enumerate(rows):
         if index == len(rows) - 1:
             lines.append("  ".join("-" * w for w in widths))

@@ -26,6 +26,7 @@ words, cached).
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import threading
 from collections import Counter, OrderedDict
@@ -49,6 +50,7 @@ __all__ = [
     "REASON_ENTITY",
     "REASON_NEGATION",
     "REASON_NUMBERS",
+    "REASON_ORDER",
     "REASON_QUESTION",
     "STOPWORDS",
     "Analysis",
@@ -64,6 +66,7 @@ __all__ = [
     "negation_guard",
     "normalize_word",
     "numbers_guard",
+    "order_guard",
     "question_guard",
 ]
 
@@ -71,6 +74,7 @@ REASON_QUESTION = "question"
 REASON_NEGATION = "negation"
 REASON_NUMBERS = "numbers"
 REASON_DIRECTION = "direction"
+REASON_ORDER = "order"
 REASON_ANTONYM = "antonym"
 REASON_ENTITY = "entity"
 REASON_CONTENT = "content"
@@ -340,6 +344,22 @@ _OPPOSITE_GROUPS: tuple[tuple[str, ...], ...] = tuple(
     raw cooked
     fresh frozen
     red blue green yellow black white orange purple pink brown grey/gray
+    latitude longitude
+    numerator denominator
+    row column
+    width height length depth
+    horizontal vertical diagonal
+    sine cosine tangent
+    mean median mode
+    prefix suffix
+    ceiling floor
+    synonym antonym
+    inhale exhale
+    pre post
+    inter intra
+    hyper hypo
+    macro micro
+    sub super
     """.strip().splitlines()
 )
 
@@ -599,6 +619,10 @@ class Analysis:
     joined: dict[str, tuple[str, str]]
     #: For each of from/to/into/than in the text: the content words right after it (its objects).
     pivots: dict[str, frozenset[str]]
+    #: Every word (normalized) and number, in the order written (what :func:`order_guard` compares).
+    terms: tuple[str, ...] = ()
+    #: The first content word after each negation: what it negates (:func:`negation_guard`).
+    negated: frozenset[str] = frozenset()
 
 
 def normalize_word(word: str) -> str:
@@ -885,12 +909,16 @@ def analyze(text: str) -> Analysis:
     content: dict[str, str] = {}
     names: set[str] = set()
     sequence: list[str] = []  # content words and pivots, in order
+    terms: list[str] = []  # words and numbers, in order
     previous = ""
     for index, token in enumerate(tokens):
         if token.kind != "word":
+            if token.kind in ("num", "time"):
+                terms.append(f"#{token.value:g}")
             previous = ""
             continue
         word, norm = token.text, normalize_word(token.text)
+        terms.append(norm)
         if word in _PIVOTS:
             sequence.append(word)
         skip = (
@@ -929,7 +957,38 @@ def analyze(text: str) -> Analysis:
         names=frozenset(names),
         joined={a + b: (normalize_word(a), normalize_word(b)) for a, b in itertools.pairwise(words)},
         pivots=pivots,
+        terms=tuple(terms),
+        negated=_negated_heads(words),
     )
+
+
+#: Auxiliaries that open a question ("is it ...", "why don't you ...").
+_AUXILIARIES = frozenset(
+    "am is are was were do does did have has had can could will would shall should may might must".split()  # noqa: SIM905
+)
+
+
+def _inverted(words: tuple[str, ...], index: int) -> bool:
+    """Whether the negation at ``index`` follows a question's opening auxiliary ("isn't it", "why
+    don't you"): the auxiliary comes first, or right after a question word."""
+    if index == 0 or words[index - 1] not in _AUXILIARIES:
+        return False
+    return index == 1 or words[index - 2] in (*_QUESTION_WORDS, "how", "what", "which")
+
+
+def _negated_heads(words: tuple[str, ...]) -> frozenset[str]:
+    """The first content word after each negation word (an "or not" tag excluded), normalized: what
+    the negation applies to ("did not say he was guilty" -> say; "said he was not guilty" -> guilty)."""
+    heads: set[str] = set()
+    for index, word in enumerate(words):
+        if word not in NEGATION_WORDS or (word == "not" and index and words[index - 1] == "or"):
+            continue
+        if _inverted(words, index):
+            continue  # "why isn't my printer working": it negates the whole clause, not "printer"
+        following = (w for w in words[index + 1 :] if w not in _SKIP_WORDS and len(w) > 1)
+        if (head := next(following, None)) is not None:
+            heads.add(normalize_word(head))
+    return frozenset(heads)
 
 
 def _negated_form(word: str, base_words: frozenset[str] | set[str]) -> bool:
@@ -996,7 +1055,9 @@ def negation_guard(query: str, stored: str) -> str | None:
     avoid, lack, fail, refuse, prevent, and words whose un-/in-/im-/il-/ir-/dis-/non- prefix negates a
     word of the other ("unsafe" against "safe"); an "or not" and a question tag ("isn't it?") are none.
 
-    The count, not its parity: a double negation ("not unusual") is not taken to cancel out.
+    The count, not its parity: a double negation ("not unusual") is not taken to cancel out. With as
+    many negations on both sides, also reject when a negation applies to another word (the first
+    content word after it) that both questions hold: the negation moved to another clause.
     """
     a, b = analyze(query), analyze(stored)
     words_a, words_b = set(a.words), set(b.words)
@@ -1004,7 +1065,18 @@ def negation_guard(query: str, stored: str) -> str | None:
     count_b = b.negations + sum(_negated_form(w, words_a) for w in words_b - words_a)
     if count_a != count_b:
         return REASON_NEGATION
+    # As many negations, but one moved to another word that both have: "I did not say he was guilty"
+    # against "I said he was not guilty".
+    moved_a = {w for w in a.negated - b.negated if _holds(b, w)}
+    moved_b = {w for w in b.negated - a.negated if _holds(a, w)}
+    if moved_a and moved_b:
+        return REASON_NEGATION
     return None
+
+
+def _holds(analysis: Analysis, word: str) -> bool:
+    """Whether ``analysis`` has ``word`` among its content words, in any inflection ("says", "saying")."""
+    return any(not _forms(word).isdisjoint(_forms(other)) for other in analysis.content)
 
 
 def numbers_guard(query: str, stored: str) -> str | None:
@@ -1037,10 +1109,70 @@ def direction_guard(query: str, stored: str) -> str | None:
     return None
 
 
-def are_opposites(a: str, b: str) -> bool:
-    """Whether two lower-case words are listed opposites (in any inflection: "closed" / "open")."""
+#: Words relating two things symmetrically: "A and B", "A vs B", "A plus B", "compare A with B" mean
+#: the same with A and B swapped, so two terms with one of these between them may trade places.
+_SYMMETRIC = frozenset(
+    """
+    and or nor vs versus compare compared comparing comparison similar similarity different difference differ
+    equal equals equivalent same between plus sum together married marry meet met related relation
+    relationship connection link linked
+    """.split()  # noqa: SIM905 - a word list reads better as text
+)
+
+
+def _single_positions(terms: tuple[str, ...]) -> dict[str, int]:
+    """Where each term that occurs exactly once stands."""
+    counts = Counter(terms)
+    return {term: index for index, term in enumerate(terms) if counts[term] == 1}
+
+
+def _is_term(word: str, analysis: Analysis) -> bool:
+    """A content word or a number: something that can fill a role."""
+    return word.startswith("#") or word in analysis.content
+
+
+def order_guard(query: str, stored: str) -> str | None:
+    """Reject when two terms (content words or numbers) trade places around the same words: the
+    roles changed while the frame stayed ("10 minus 3" / "3 minus 10", "is 17 greater than 13" / "is
+    13 greater than 17", "did the dog bite the man" / "did the man bite the dog").
+
+    Only terms written once in each are compared, and only when the words between them are the same
+    in both and hold a content word that is not a symmetric relation (and, vs, plus, similar, ...):
+    "A vs B" / "B vs A" passes, and so does a rewording that reorders with other words ("prison
+    rape" / "rape in prison") or moves a whole clause ("can I X if Y" / "if Y, can I X")."""
+    a, b = analyze(query), analyze(stored)
+    in_a, in_b = _single_positions(a.terms), _single_positions(b.terms)
+    shared = sorted(
+        (t for t in in_a.keys() & in_b.keys() if _is_term(t, a) and _is_term(t, b)), key=in_a.__getitem__
+    )
+    for x, y in itertools.combinations(shared, 2):  # x before y in the query
+        if in_b[y] > in_b[x]:
+            continue
+        between = a.terms[in_a[x] + 1 : in_a[y]]
+        if (
+            between == b.terms[in_b[y] + 1 : in_b[x]]
+            and any(_is_term(w, a) for w in between)
+            and _SYMMETRIC.isdisjoint(between)
+        ):
+            return REASON_ORDER
+    return None
+
+
+def _listed_opposites(a: str, b: str) -> bool:
     forms_b = _forms(b)
     return any(not _OPPOSITES.get(form, frozenset()).isdisjoint(forms_b) for form in _forms(a))
+
+
+def are_opposites(a: str, b: str) -> bool:
+    """Whether two lower-case words are listed opposites (in any inflection: "closed" / "open"), or
+    compounds that differ only by listed opposites in front of one shared part of three letters or
+    more ("uppercase" / "lowercase", "upstream" / "downstream", "postwar" / "prewar")."""
+    if _listed_opposites(a, b):
+        return True
+    # The shared ending, letter by letter (commonprefix of the reversed words).
+    ending = os.path.commonprefix([a[::-1], b[::-1]])  # noqa: RUF071 - letters are what is compared
+    shared = min(len(ending), len(a) - 1, len(b) - 1)
+    return any(_listed_opposites(a[:-k], b[:-k]) for k in range(3, shared + 1))
 
 
 def antonym_guard(query: str, stored: str) -> str | None:
@@ -1141,6 +1273,7 @@ def default_guards(
         negation_guard,
         numbers_guard,
         direction_guard,
+        order_guard,
         antonym_guard,
         entity_guard,
         ContentWordGuard(embedder, threshold=word_threshold),

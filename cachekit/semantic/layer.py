@@ -56,11 +56,21 @@ class SemanticConfig:
         embedder: the :class:`Embedder`; default all-MiniLM-L6-v2, bundled and offline (needs the
             ``semantic`` extra).
         threshold: the cosine similarity (in [-1, 1]) a candidate needs before the guards look at it;
-            ``None`` for :data:`cachekit.semantic.matcher.DEFAULT_THRESHOLD`. A request can raise or
-            lower it with ``x-cachekit-semantic: <number>``.
-        guards: run the guards (negation, numbers, changed content words, ...). Turning them off is
-            for measurement only.
-        allow_sampling: also answer requests that sample (temperature absent or non-zero).
+            ``None`` for :data:`cachekit.semantic.matcher.DEFAULT_THRESHOLD` (or, with a precision
+            target, the verifier's cosine floor, 0.6). A request can raise or lower it with
+            ``x-cachekit-semantic: <number>``.
+        target_precision: the share of semantic hits that should be right answers, in (0, 1]: the
+            layer then scores candidates with the shipped verifier and picks its operating point
+            from the calibration table shipped with it (:mod:`cachekit.semantic.verifier`). A target
+            the table never reached is a :class:`ConfigError` here.
+        max_false_hit_rate: ... or at most this share of question pairs needing different answers
+            served, for every kind of pair in the calibration table (negation, antonym, ...).
+        verifier: allow the verifier (all-MiniLM-L6-v2 only) where a precision target asks for it.
+        guards: run the guards (negation, numbers, order, changed content words, ...). Turning them
+            off (which turns the verifier off too) is for measurement only.
+        allow_sampling: also answer requests that ask for variety (``n`` > 1, or a ``temperature``
+            above the providers' default of 1). A request sampling at the default is served without
+            it: turning the layer on says that interchangeable questions may share an answer.
         k: candidates fetched per lookup (the best one that passes every guard wins).
         max_entries_per_partition: the oldest entries of a partition are dropped beyond this.
         enabled: on for every request of the client (``False``: only where a request or call site opts
@@ -72,6 +82,9 @@ class SemanticConfig:
     index: VectorIndex | str = "memory://"
     embedder: Embedder | None = None
     threshold: float | None = None
+    target_precision: float | None = None
+    max_false_hit_rate: float | None = None
+    verifier: bool = True
     guards: bool = True
     allow_sampling: bool = False
     k: int = 4
@@ -82,6 +95,21 @@ class SemanticConfig:
     def __post_init__(self) -> None:
         if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
             raise ConfigError(f"semantic threshold is a cosine in [-1, 1], not {self.threshold!r}")
+        if self.target_precision is not None and not 0 < self.target_precision <= 1:
+            raise ConfigError(f"target_precision is a share in (0, 1], not {self.target_precision!r}")
+        if self.max_false_hit_rate is not None and not 0 <= self.max_false_hit_rate < 1:
+            raise ConfigError(f"max_false_hit_rate is a share in [0, 1), not {self.max_false_hit_rate!r}")
+        targeted = (self.target_precision, self.max_false_hit_rate) != (None, None)
+        if targeted and not (self.verifier and self.guards):
+            raise ConfigError("a precision target needs the guards and the verifier (both on by default)")
+        if targeted:
+            from cachekit.semantic.verifier import load_verifier, operating_point
+
+            operating_point(  # a target nobody measured is refused now, not at the first lookup
+                load_verifier(),
+                target_precision=self.target_precision,
+                max_false_hit_rate=self.max_false_hit_rate,
+            )
         if not isinstance(self.k, int) or self.k < 1:
             raise ConfigError(f"semantic k must be an integer >= 1, not {self.k!r}")
         if not isinstance(self.max_entries_per_partition, int) or self.max_entries_per_partition < 1:
@@ -173,16 +201,23 @@ class SemanticLayer:
 
     @property
     def matcher(self) -> Matcher:
-        """The matcher (threshold and guards); a request's own threshold is passed per lookup."""
-        from cachekit.semantic.matcher import DEFAULT_THRESHOLD, Matcher
+        """The matcher (threshold, guards, verifier at its operating point); a request's own threshold
+        is passed per lookup."""
+        from cachekit.semantic.matcher import build_matcher
 
         if self._matcher is None:
             embedder = self.embedder  # built first: it takes the same lock
             with self._lock:
                 if self._matcher is None:
-                    threshold = DEFAULT_THRESHOLD if self.config.threshold is None else self.config.threshold
-                    guards = None if self.config.guards else ()
-                    self._matcher = Matcher(embedder, threshold=threshold, guards=guards)
+                    config = self.config
+                    self._matcher = build_matcher(
+                        embedder,
+                        threshold=config.threshold,
+                        guards=config.guards,
+                        verifier=config.verifier,
+                        target_precision=config.target_precision,
+                        max_false_hit_rate=config.max_false_hit_rate,
+                    )
         return self._matcher
 
     # -- the steps ------------------------------------------------------------------------------------
@@ -195,8 +230,9 @@ class SemanticLayer:
         scope: Iterable[str],
         options: canonical.CanonicalOptions,
         ignore_fields: frozenset[str],
-    ) -> SemanticRequest | None:
-        """The request's partition and question, or ``None`` (counted by reason) when not eligible.
+    ) -> SemanticRequest | str:
+        """The request's partition and question, or why it is not eligible (counted by that reason:
+        ``sampling``, ``not_text``, ...; the pipeline says it in ``x-cachekit-semantic-ineligible``).
 
         The embedding model's id is part of the partition: vectors of two models never meet.
         """
@@ -210,7 +246,6 @@ class SemanticLayer:
         )
         if isinstance(prepared, str):
             self.stats.add("ineligible", prepared)
-            return None
         return prepared
 
     def lookup(

@@ -1,6 +1,7 @@
 """The matcher: which of the stored questions close to a query may answer it.
 
-A candidate must reach the cosine threshold, then pass every guard (:mod:`cachekit.semantic.guards`);
+A candidate must reach the cosine threshold, then pass every guard (:mod:`cachekit.semantic.guards`),
+then, where a verifier is set, score at least the operating point (:mod:`cachekit.semantic.verifier`);
 the most similar candidate that does wins. Rejections are counted by reason, per match and in total.
 """
 
@@ -10,11 +11,19 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from cachekit.errors import ConfigError
 from cachekit.semantic.base import Candidate, Embedder
-from cachekit.semantic.guards import Guard, default_guards
+from cachekit.semantic.guards import ContentWordGuard, Guard, default_guards
 
-__all__ = ["DEFAULT_THRESHOLD", "MatchResult", "Matcher"]
+if TYPE_CHECKING:
+    from cachekit.semantic.verifier import Verifier
+
+__all__ = ["DEFAULT_THRESHOLD", "REASON_VERIFIER", "MatchResult", "Matcher", "build_matcher"]
+
+#: The reason counted when the verifier scores a candidate below the operating point.
+REASON_VERIFIER = "verifier"
 
 #: The cosine similarity (in [-1, 1], all-MiniLM-L6-v2) a candidate needs before the guards look at it.
 #:
@@ -53,6 +62,8 @@ class MatchResult:
     hit: Candidate | None
     #: Candidates at or above the threshold that a guard rejected, counted by the guard's reason.
     rejected: dict[str, int] = field(default_factory=dict)
+    #: The verifier's score of the hit (``None``: no hit, or no verifier).
+    score: float | None = None
 
 
 class Matcher:
@@ -68,17 +79,29 @@ class Matcher:
         *,
         threshold: float = DEFAULT_THRESHOLD,
         guards: Sequence[Guard] | None = None,
+        verifier: Verifier | None = None,
+        min_score: float = 0.5,
     ) -> None:
         """A matcher at ``threshold`` (a cosine in [-1, 1]).
 
         ``guards=None`` runs :func:`~cachekit.semantic.guards.default_guards` built on ``embedder`` (the
-        content-word guard embeds single words with it); pass ``()`` to run none.
+        content-word guard embeds single words with it); pass ``()`` to run none. With a ``verifier``,
+        a candidate that passes the guards must also score at least ``min_score`` (in [0, 1]); the
+        verifier weighs the content words itself, so the default guards then leave out the
+        content-word guard (its all-or-nothing rule is what the verifier replaces).
         """
         if not -1.0 <= threshold <= 1.0:
             raise ValueError(f"a semantic threshold is a cosine in [-1, 1], not {threshold!r}")
         self.embedder = embedder
         self.threshold = threshold
         self.guards: tuple[Guard, ...] = default_guards(embedder) if guards is None else tuple(guards)
+        self.words = next((g for g in self.guards if isinstance(g, ContentWordGuard)), None)
+        if verifier is not None and guards is None:
+            self.guards = tuple(g for g in self.guards if not isinstance(g, ContentWordGuard))
+        self.verifier = verifier
+        self.min_score = min_score
+        if verifier is not None and self.words is None:
+            self.words = ContentWordGuard(embedder)
         self._rejected: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -94,18 +117,30 @@ class Matcher:
         limit = self.threshold if threshold is None else threshold
         rejected: Counter[str] = Counter()
         hit: Candidate | None = None
+        score: float | None = None
         for candidate in sorted(candidates, key=lambda c: c.similarity, reverse=True):
             if candidate.similarity < limit:
                 break
             reason = self.check(query, candidate.text)
             if reason is None:
-                hit = candidate
-                break
+                score = self.score(query, candidate)
+                if score is None or score >= self.min_score:
+                    hit = candidate
+                    break
+                reason = REASON_VERIFIER
             rejected[reason] += 1
         if rejected:
             with self._lock:
                 self._rejected.update(rejected)
-        return MatchResult(hit, dict(rejected))
+        return MatchResult(hit, dict(rejected), score if hit is not None else None)
+
+    def score(self, query: str, candidate: Candidate) -> float | None:
+        """The verifier's score of serving ``candidate`` for ``query``; ``None`` without a verifier."""
+        if self.verifier is None or self.words is None:
+            return None
+        from cachekit.semantic.verifier import features
+
+        return self.verifier.score(features(query, candidate.text, candidate.similarity, self.words))
 
     def check(self, query: str, stored: str) -> str | None:
         """The reason of the first guard that objects to serving ``stored`` for ``query``, or ``None``."""
@@ -119,3 +154,43 @@ class Matcher:
         """Candidates rejected so far (over every :meth:`match`), by reason."""
         with self._lock:
             return dict(self._rejected)
+
+
+def build_matcher(
+    embedder: Embedder,
+    *,
+    threshold: float | None = None,
+    guards: bool = True,
+    verifier: bool = True,
+    target_precision: float | None = None,
+    max_false_hit_rate: float | None = None,
+) -> Matcher:
+    """The matcher a semantic layer (or ``semantic-eval``) runs with these settings.
+
+    By default: ``threshold`` (default :data:`DEFAULT_THRESHOLD`) and every guard. With a precision
+    target (``target_precision`` / ``max_false_hit_rate``), the guards and the verifier on, where
+    cachekit ships a verifier for ``embedder``'s model: the verifier's cosine floor (or
+    ``threshold``), every guard but the content-word one, and a verifier score at the operating point
+    that the calibration table gives for the target
+    (:func:`~cachekit.semantic.verifier.operating_point`). A target cachekit cannot honour (another
+    model, guards or verifier off) is refused, since nothing calibrated it.
+
+    The verifier is not the default because on the development pairs it does not beat the
+    content-word guard at the default operating point (docs/semantic.md has the figures); it is what
+    makes a stated precision possible.
+    """
+    from cachekit.semantic.verifier import load_verifier, operating_point
+
+    targeted = target_precision is not None or max_false_hit_rate is not None
+    shipped = load_verifier() if guards and verifier and targeted else None
+    if shipped is None or not shipped.serves(embedder.model_id):
+        if target_precision is not None or max_false_hit_rate is not None:
+            raise ConfigError(
+                "target_precision and max_false_hit_rate need the calibrated verifier, which cachekit "
+                f"ships for {load_verifier().model} with guards and verifier on; set a threshold instead"
+            )
+        limit = DEFAULT_THRESHOLD if threshold is None else threshold
+        return Matcher(embedder, threshold=limit, guards=None if guards else ())
+    point = operating_point(shipped, target_precision=target_precision, max_false_hit_rate=max_false_hit_rate)
+    limit = shipped.cosine_floor if threshold is None else threshold
+    return Matcher(embedder, threshold=limit, verifier=shipped, min_score=point)

@@ -10,11 +10,15 @@ Not served semantically (the reason is counted):
 
 * the last turn is not a user turn, or carries tool results, images, audio or files (an answer to
   "what is in this picture?" depends on the picture, not the words);
-* the request samples (``temperature`` other than 0, or absent, since both providers default to 1)
-  unless ``allow_sampling`` is set: a sampled answer was one draw of many, and reusing it for a
-  differently worded question compounds that;
-* an OpenAI Responses request that continues server-side state (``previous_response_id``,
-  ``conversation``): its earlier turns are not in the request, so the partition cannot cover them;
+* the request asks for variety (:func:`asks_for_variety`: several answers with ``n`` > 1, or a
+  ``temperature`` above the providers' default of 1) unless ``allow_sampling`` is set. A request
+  that merely samples at the default is served: opting in to the semantic layer is the user's
+  statement that interchangeable questions may share an answer, and the exact cache already replays
+  sampled answers (``anthropic`` 2.x has no ``temperature`` parameter at all, so every one of its
+  requests samples);
+* a request that continues server-side state: OpenAI Responses ``previous_response_id`` or
+  ``conversation``, an Anthropic ``container`` (its files come from earlier requests). What the answer
+  depends on is not in the request, so the partition cannot cover it;
 * an empty question.
 """
 
@@ -28,12 +32,17 @@ from typing import Any
 from cachekit import canonical
 from cachekit._types import Dialect
 
-__all__ = ["SemanticRequest", "split_request"]
+__all__ = ["SemanticRequest", "asks_for_variety", "split_request"]
 
 #: Fields that choose the form of the answer (stream or document), not the answer.
 _FORM_FIELDS = frozenset({"stream", "stream_options"})
 _PARTITION_DOMAIN = b"cachekit/semantic-partition/v1"
 _TEXT_PARTS = frozenset({"text", "input_text"})
+#: Fields naming server-side state the answer depends on but the request does not hold.
+_SERVER_STATE: dict[Dialect, tuple[str, ...]] = {
+    "openai_responses": ("previous_response_id", "conversation"),
+    "anthropic_messages": ("container",),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +71,13 @@ def split_request(
             (tenant or credential HMAC), endpoint, embedding model id.
         options: the canonicalization options the exact layer uses (tool order, whitespace).
         ignore_fields: top-level fields the exact key leaves out (``CacheConfig.ignore_fields``).
-        allow_sampling: also serve requests that sample (non-zero or default temperature).
+        allow_sampling: also serve requests that ask for variety (:func:`asks_for_variety`).
     """
-    if not allow_sampling and not _is_greedy(body):
+    if not allow_sampling and asks_for_variety(body):
         return "sampling"
+    if any(body.get(name) is not None for name in _SERVER_STATE.get(dialect, ())):
+        return "server_state"
     if dialect == "openai_responses":
-        if body.get("previous_response_id") is not None or body.get("conversation") is not None:
-            return "server_state"
         split = _split_responses(body)
     elif dialect in ("anthropic_messages", "openai_chat"):
         split = _split_messages(body)
@@ -88,9 +97,20 @@ def split_request(
     return SemanticRequest("sem1:" + digest.hexdigest(), question)
 
 
-def _is_greedy(body: Mapping[str, Any]) -> bool:
-    temperature = body.get("temperature")
-    return isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature == 0
+def asks_for_variety(body: Mapping[str, Any]) -> bool:
+    """Whether the request asks for variety rather than for an answer: several choices (``n`` > 1,
+    Chat Completions) or a ``temperature`` above 1, the default of both providers (OpenAI accepts up
+    to 2; Anthropic's maximum is 1, so no Anthropic request asks for it this way).
+
+    Sampling at the default is not asking for variety: the user who turns the semantic layer on has
+    said that interchangeable questions may share an answer.
+    """
+    return _number(body.get("n")) > 1 or _number(body.get("temperature")) > 1
+
+
+def _number(value: Any) -> float:
+    """``value`` as a number; 0 when it is none (absent, ``null``, a boolean, a string)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def _split_messages(body: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | str:
