@@ -25,8 +25,11 @@ Nothing here logs or keeps prompt text.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -35,6 +38,7 @@ from cachekit._types import Dialect, Section
 
 __all__ = [
     "Block",
+    "BlockMemo",
     "Section",
     "block_text",
     "cache_context",
@@ -259,9 +263,73 @@ def _media(block: dict[str, Any]) -> tuple[str, int] | None:
     return str(source.get("media_type") or kind), tokens
 
 
+class BlockMemo:
+    """The blocks of message parts seen before, so a growing conversation builds only its new ones.
+
+    Keyed by the caller's ``scope`` (a pipeline passes the request's partition, so tenants never
+    share entries), the dialect, the part's position and section, and the part's own JSON bytes: a
+    part is reused only when it is byte for byte the one its blocks were built from, at the same
+    place. Bounded by entries and by the bytes of the parts it keys; least recently used first;
+    thread-safe. It holds prompt text in memory (the blocks' ``text``), never on disk or in logs.
+    """
+
+    def __init__(self, *, max_entries: int = 8192, max_bytes: int = 32 << 20) -> None:
+        self._entries: OrderedDict[tuple[bytes, str, bytes], tuple[Block, ...]] = OrderedDict()
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple[bytes, str, bytes]) -> tuple[Block, ...] | None:
+        """The blocks remembered under ``key``, if any (refreshing its place in the LRU order)."""
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[bytes, str, bytes], blocks: tuple[Block, ...]) -> None:
+        """Remember ``blocks`` under ``key``, evicting the least recently used beyond the bounds."""
+        size = len(key[2])
+        if size > self._max_bytes // 4:
+            return  # one huge part would push out everything else
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = blocks
+            self._bytes += size
+            while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
+                old, _ = self._entries.popitem(last=False)
+                self._bytes -= len(old[2])
+
+
 class _Walk:
-    def __init__(self) -> None:
+    def __init__(self, memo: BlockMemo | None = None, scope: bytes = b"") -> None:
         self.blocks: list[Block] = []
+        self._memo = memo
+        self._scope = scope
+
+    def part(self, tag: str, value: Any, build: Callable[[], None]) -> None:
+        """Add the blocks of one part (``tag`` says where it is), reused from the memo when seen."""
+        memo = self._memo
+        if memo is None:
+            build()
+            return
+        try:
+            key = (self._scope, tag, orjson.dumps(value))
+        except TypeError:  # not serializable: built (and refused) as without a memo
+            build()
+            return
+        found = memo.get(key)
+        if found is not None:
+            self.blocks.extend(found)
+            return
+        start = len(self.blocks)
+        build()
+        memo.put(key, tuple(self.blocks[start:]))
 
     def add(  # noqa: PLR0917 - one call site per block kind, each naming every part
         self,
@@ -359,16 +427,21 @@ class _Walk:
 
 
 def _anthropic(body: dict[str, Any], walk: _Walk) -> None:
-    walk.tools(body.get("tools"), markable=True)
+    tools, system = body.get("tools"), body.get("system")
+    walk.part("a/tools", tools, lambda: walk.tools(tools, markable=True))
     # A system prompt is content without a role: a string is one text block, a list one block each.
-    walk.content("system", body.get("system"), "system", "", None, markable=True)
+    walk.part("a/system", system, lambda: walk.content("system", system, "system", "", None, markable=True))
     messages = body.get("messages")
     if not isinstance(messages, list):
         return
     for m, message in enumerate(messages):
         if isinstance(message, dict):
-            role = str(message.get("role") or "")
-            walk.content("messages", message.get("content"), f"messages.{m}.content", role, m, markable=True)
+            walk.part(f"a/{m}", message, partial(_anthropic_message, message, m, walk))
+
+
+def _anthropic_message(message: dict[str, Any], m: int, walk: _Walk) -> None:
+    role = str(message.get("role") or "")
+    walk.content("messages", message.get("content"), f"messages.{m}.content", role, m, markable=True)
 
 
 def _chat_message(message: dict[str, Any], m: int, section: Section, walk: _Walk, prefix: str) -> None:
@@ -390,7 +463,8 @@ def _chat_message(message: dict[str, Any], m: int, section: Section, walk: _Walk
 
 
 def _chat(body: dict[str, Any], walk: _Walk) -> None:
-    walk.tools(body.get("tools"), markable=False)
+    tools = body.get("tools")
+    walk.part("c/tools", tools, lambda: walk.tools(tools, markable=False))
     messages = body.get("messages")
     if not isinstance(messages, list):
         return
@@ -399,11 +473,17 @@ def _chat(body: dict[str, Any], walk: _Walk) -> None:
         if not isinstance(message, dict):
             continue
         leading = leading and message.get("role") in _SYSTEM_ROLES
-        _chat_message(message, m, "system" if leading else "messages", walk, "messages")
+        section: Section = "system" if leading else "messages"
+        walk.part(
+            f"c/{section}/{m}",
+            message,
+            partial(_chat_message, message, m, section, walk, "messages"),
+        )
 
 
 def _responses(body: dict[str, Any], walk: _Walk) -> None:
-    walk.tools(body.get("tools"), markable=False)
+    tools = body.get("tools")
+    walk.part("r/tools", tools, lambda: walk.tools(tools, markable=False))
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
         walk.add(
@@ -429,28 +509,35 @@ def _responses(body: dict[str, Any], walk: _Walk) -> None:
     if not isinstance(items, list):
         return
     for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            continue
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = str(item.get("role") or "")
-            walk.content("messages", item.get("content"), f"input.{i}.content", role, i, markable=False)
-            continue
-        if kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else _canonical(output).decode()
-        else:
-            text = _canonical(item).decode()
-        walk.add("messages", f"input.{i}", str(kind), text, item, eligible=False, message=i)
+        if isinstance(item, dict):
+            walk.part(f"r/{i}", item, partial(_responses_item, item, i, walk))
 
 
-def prompt_blocks(dialect: Dialect | str, body: dict[str, Any]) -> tuple[Block, ...]:
+def _responses_item(item: dict[str, Any], i: int, walk: _Walk) -> None:
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = str(item.get("role") or "")
+        walk.content("messages", item.get("content"), f"input.{i}.content", role, i, markable=False)
+        return
+    if kind == "function_call_output":
+        output = item.get("output")
+        text = output if isinstance(output, str) else _canonical(output).decode()
+    else:
+        text = _canonical(item).decode()
+    walk.add("messages", f"input.{i}", str(kind), text, item, eligible=False, message=i)
+
+
+def prompt_blocks(
+    dialect: Dialect | str, body: dict[str, Any], *, memo: BlockMemo | None = None, scope: bytes = b""
+) -> tuple[Block, ...]:
     """The blocks of ``body`` (a request of ``dialect``) in prefix order; malformed parts are skipped.
 
+    With ``memo``, the blocks of tools, system and each message seen before (byte for byte, at the
+    same place, under the same ``scope``) are reused instead of built again: the same blocks either way.
     Raises :class:`TypeError` when a block cannot be serialized as JSON (only possible for bodies not
     read from JSON).
     """
-    walk = _Walk()
+    walk = _Walk(memo, scope)
     if dialect in ("anthropic_messages", "anthropic_count_tokens", "anthropic"):
         _anthropic(body, walk)
     elif dialect in ("openai_chat", "chat"):

@@ -10,9 +10,9 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from cachekit._home import cachekit_home
 from cachekit._types import ToolOrder
 from cachekit.errors import ConfigError
 from cachekit.stores.base import AsyncStore, Store
@@ -45,12 +45,6 @@ MODES: frozenset[str] = frozenset({"default", "bypass", "refresh", "only-if-cach
 #: Entries live a week unless told otherwise: long enough for repeated agent runs and test suites,
 #: short enough that a changed model behind an unchanged name is picked up.
 DEFAULT_TTL = 7 * 24 * 3600.0
-
-
-def cachekit_home() -> Path:
-    """The folder cachekit keeps files in: ``$CACHEKIT_HOME``, else ``~/.cache/cachekit``."""
-    configured = os.environ.get("CACHEKIT_HOME")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "cachekit"
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ import orjson
 from cachekit.blocks import Block, prompt_blocks
 from cachekit.errors import CachekitError, ConfigError
 
-__all__ = ["Finding", "PrefixLintError", "PrefixLinter", "lint_request"]
+__all__ = ["Finding", "PrefixLintError", "PrefixLinter", "lint_blocks", "lint_request"]
 
 logger = logging.getLogger("cachekit.lint")
 
@@ -392,6 +392,12 @@ def lint_request(dialect: str, body: dict[str, Any], *, patterns: Iterable[Patte
     blocks = _blocks_or_none(dialect, body)
     if blocks is None:
         return []
+    return lint_blocks(blocks, patterns=patterns)
+
+
+def lint_blocks(blocks: Sequence[Block], *, patterns: Iterable[Pattern] = ()) -> list[Finding]:
+    """:func:`lint_request`'s findings, for a request whose :func:`~cachekit.blocks.prompt_blocks` the
+    caller has already (the pipeline builds them once per request)."""
     return _scanner_for(tuple(patterns)).findings(blocks)
 
 

@@ -462,12 +462,15 @@ def stable_first(dialect: str, body: dict[str, Any], volatile: Collection[str]) 
     return {**body, key: stable + changing + list(items[len(moved) :])}
 
 
-def prompt_cache_key(dialect: str, body: dict[str, Any]) -> str:
+def prompt_cache_key(dialect: str, body: dict[str, Any], blocks: Sequence[Block] | None = None) -> str:
     """A ``prompt_cache_key`` from the hash of the stable prefix: the model, tools and system section.
 
     Requests that share those share the key, so OpenAI routes them to the same cache machines.
+    ``blocks`` are ``body``'s blocks when the caller has them already.
     """
-    stable = [b.content for b in prompt_blocks(dialect, body) if b.section != "messages"]
+    if blocks is None:
+        blocks = prompt_blocks(dialect, body)
+    stable = [b.content for b in blocks if b.section != "messages"]
     hasher = hashlib.blake2b(digest_size=16)
     hasher.update(str(body.get("model", "")).encode())
     for content in stable:
@@ -643,7 +646,7 @@ class Planner:
             openai_api = dialect.startswith("openai")
             if provider != "openai" or not openai_api or body.get("prompt_cache_key") is not None:
                 return Applied(body, estimate=estimate, model=model)
-            key = prompt_cache_key(dialect, body)
+            key = prompt_cache_key(dialect, body, blocks)
             return Applied({**body, "prompt_cache_key": key}, None, key, estimate, model, True)
         if rules.provider == "bailian" and not any(b.marker is not None or b.nested for b in blocks):
             return Applied(body, estimate=estimate, model=model)

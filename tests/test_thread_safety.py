@@ -22,8 +22,8 @@ import pytest
 
 import cachekit
 from cachekit import canonical
-from cachekit import pipeline as pipeline_module
 from cachekit.lint import PrefixLinter
+from cachekit.pipeline import view as pipeline_module
 from cachekit.planner import PlanMemory, Planner
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
