@@ -43,6 +43,7 @@ __all__ = [
     "block_text",
     "cache_context",
     "chain_hashes",
+    "content_digest",
     "lookback_positions",
     "nested_markers",
     "prompt_blocks",
@@ -122,6 +123,8 @@ class Block:
             leaves out (0 for everything else).
         name: a tool definition's name (Anthropic and Responses ``name``, Chat ``function.name``);
             ``""`` for other blocks.
+        digest: an 8-byte digest of ``content`` (:func:`content_digest`), computed once with the block,
+            so that comparing prompts across calls (prefix lint) hashes no content again.
     """
 
     section: Section
@@ -137,6 +140,14 @@ class Block:
     nested: tuple[tuple[str, Any], ...] = ()
     media_tokens: int = 0
     name: str = ""
+    digest: bytes = b""
+
+
+def content_digest(content: bytes) -> bytes:
+    """An 8-byte BLAKE2b digest of ``content``, length-prefixed (as prefix lint digests its parts)."""
+    hasher = hashlib.blake2b(digest_size=8)
+    hasher.update(len(content).to_bytes(8, "big") + content)
+    return hasher.digest()
 
 
 def _canonical(value: Any) -> bytes:
@@ -364,6 +375,7 @@ class _Walk:
                 nested,
                 media_tokens,
                 name,
+                content_digest(content),
             )
         )
 

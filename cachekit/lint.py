@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from cachekit.blocks import Block, prompt_blocks
+from cachekit.blocks import Block, content_digest, prompt_blocks
 from cachekit.errors import CachekitError, ConfigError
 
 __all__ = ["Finding", "PrefixLintError", "PrefixLinter", "lint_blocks", "lint_request"]
@@ -242,6 +242,12 @@ def _digest(*parts: bytes) -> bytes:
     for part in parts:
         hasher.update(len(part).to_bytes(8, "big") + part)
     return hasher.digest()
+
+
+def _block_digest(block: Block) -> bytes:
+    """``_digest(block.content)``: computed with the block by :func:`~cachekit.blocks.prompt_blocks`
+    (reused across calls for a conversation's unchanged prefix), else here."""
+    return block.digest or content_digest(block.content)
 
 
 def _blank_escape(match: re.Match[str]) -> str:
@@ -486,7 +492,7 @@ class _Call:
 
     def snapshot(self) -> _Snapshot:
         def contents(blocks: list[tuple[int, Block]]) -> tuple[bytes, ...]:
-            return tuple(_digest(block.content) for _, block in blocks)
+            return tuple(_block_digest(block) for _, block in blocks)
 
         names = (_digest(name.encode("utf-8", "surrogatepass")) for name in self.tool_names)
         return _Snapshot(
@@ -497,7 +503,7 @@ class _Call:
             # One bytes object of 8-byte digests (not one object per block: long conversations are
             # kept by the thousand). A trailing assistant prefill is left out: the next call replaces
             # it with the whole answer, which is not a rewrite of history.
-            messages=b"".join(_digest(block.content) for _, block in self.messages[: self._kept()]),
+            messages=b"".join(_block_digest(block) for _, block in self.messages[: self._kept()]),
         )
 
     def _kept(self) -> int:
@@ -622,7 +628,7 @@ def _conversation_key(partition: bytes, dialect: str, call: _Call, explicit: byt
     # The system prompt is part of the identity: two assistants (personas) whose users both open
     # with "Hi" are two conversations. A changed system prompt is found by the static scan (what
     # makes it change) or, across calls, with an explicit ``conversation``.
-    system = b"".join(_digest(block.content) for _, block in call.system)
+    system = b"".join(_block_digest(block) for _, block in call.system)
     return _digest(b"derived", partition, dialect.encode(), system, first)
 
 
