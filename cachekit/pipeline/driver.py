@@ -1,6 +1,6 @@
 """The driver: one request through the stages, as a generator of effects.
 
-:meth:`Pipeline.exchange` runs the stages in order (:doc:`architecture`): read controls
+:meth:`Pipeline.exchange` runs the stages in order (``docs/architecture.md``): read controls
 (:mod:`~cachekit.pipeline.controls`), shape (:mod:`~cachekit.pipeline.shape`), key
 (:mod:`~cachekit.pipeline.key`), exact lookup (:mod:`~cachekit.pipeline.exact`), semantic lookup
 (:mod:`~cachekit.pipeline.semantic`), upstream with single-flight (:mod:`~cachekit.pipeline.upstream`),
