@@ -39,6 +39,7 @@ from cachekit._types import Dialect, Section
 __all__ = [
     "Block",
     "BlockMemo",
+    "ChainMemo",
     "Section",
     "block_text",
     "cache_context",
@@ -581,20 +582,90 @@ def cache_context(body: dict[str, Any]) -> bytes:
     return _canonical({"thinking": body.get("thinking"), "tool_choice": body.get("tool_choice")})
 
 
-def chain_hashes(blocks: Sequence[Block], root: bytes, context: bytes = b"") -> list[bytes]:
+def chain_hashes(
+    blocks: Sequence[Block], root: bytes, context: bytes = b"", *, memo: ChainMemo | None = None
+) -> list[bytes]:
     """The prefix hash after each block: block ``i``'s hash covers ``root`` and blocks ``0..i``.
 
     ``context`` (settings that invalidate the cached messages but not tools or system, such as
     ``tool_choice`` and thinking) enters just before the first messages block, as at the providers.
-    Parts are length-prefixed, so no two block lists collide by concatenation.
+    Parts are length-prefixed, so no two block lists collide by concatenation. With ``memo``, the
+    hashing resumes after the longest prefix of blocks the same chain hashed last time (a growing
+    conversation hashes only its new blocks): the same hashes either way.
     """
-    hasher = hashlib.blake2b(root, digest_size=16)
-    hashes: list[bytes] = []
-    context_in = False
-    for block in blocks:
+    first = next((b.content for b in blocks if b.section == "messages"), b"")
+    key = (root, context, hashlib.blake2b(first, digest_size=16).digest())
+    known = memo.get(key) if memo is not None else None
+    start = 0
+    if known is not None:
+        start = _common_prefix(known.contents, blocks)
+    if start:
+        assert known is not None  # a common prefix only comes from a known chain
+        hasher = known.states[start - 1].copy()
+        hashes, states = known.hashes[:start], known.states[:start]
+        context_in = any(b.section == "messages" for b in blocks[:start])
+    else:
+        hasher = hashlib.blake2b(root, digest_size=16)
+        hashes, states, context_in = [], [], False
+    for block in blocks[start:]:
         if block.section == "messages" and not context_in:
             hasher.update(b"\x01" + len(context).to_bytes(8, "big") + context)
             context_in = True
         hasher.update(b"\x00" + len(block.content).to_bytes(8, "big") + block.content)
-        hashes.append(hasher.copy().digest())
-    return hashes
+        state = hasher.copy()
+        hashes.append(state.digest())
+        states.append(state)
+    if memo is not None:
+        memo.put(key, _Chain(tuple(b.content for b in blocks), hashes, states))
+    return list(hashes)
+
+
+def _common_prefix(contents: Sequence[bytes], blocks: Sequence[Block]) -> int:
+    """How many leading ``blocks`` have exactly ``contents`` (blocks the memo reused are the same
+    objects, so most comparisons stop at identity)."""
+    count = 0
+    for content, block in zip(contents, blocks, strict=False):
+        if content is not block.content and content != block.content:
+            break
+        count += 1
+    return count
+
+
+@dataclass(frozen=True, slots=True)
+class _Chain:
+    contents: tuple[bytes, ...]
+    hashes: list[bytes]
+    states: list[Any]  # the hasher after each block (hashlib's blake2b objects, never mutated)
+
+
+class ChainMemo:
+    """The prefix-hash chains of recent prompts, by root, context and first message block.
+
+    A root names the provider, model and partition (the planner's), so tenants never share entries.
+    Bounded (least recently used first) and thread-safe; holds block contents and hasher states in
+    memory, never on disk or in logs.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._chains: OrderedDict[tuple[bytes, bytes, bytes], _Chain] = OrderedDict()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._chains)
+
+    def get(self, key: tuple[bytes, bytes, bytes]) -> _Chain | None:
+        """The chain last hashed under ``key``, if any."""
+        with self._lock:
+            chain = self._chains.get(key)
+            if chain is not None:
+                self._chains.move_to_end(key)
+            return chain
+
+    def put(self, key: tuple[bytes, bytes, bytes], chain: _Chain) -> None:
+        """Remember ``chain`` under ``key``, evicting the least recently used beyond capacity."""
+        with self._lock:
+            self._chains[key] = chain
+            self._chains.move_to_end(key)
+            while len(self._chains) > self._capacity:
+                self._chains.popitem(last=False)

@@ -49,7 +49,7 @@ from typing import Any, Literal
 import orjson
 
 from cachekit._types import Ttl
-from cachekit.blocks import Block, cache_context, chain_hashes, lookback_positions, prompt_blocks
+from cachekit.blocks import Block, ChainMemo, cache_context, chain_hashes, lookback_positions, prompt_blocks
 from cachekit.providers.cache_rules import CacheRules, UnknownProviderError, cache_rules
 from cachekit.tokens import TokenEstimator
 
@@ -602,6 +602,8 @@ class Planner:
     estimator: TokenEstimator = field(default_factory=TokenEstimator)
     memory: PlanMemory = field(default_factory=PlanMemory)
     rules_for: Callable[[str, str], CacheRules] = cache_rules
+    #: Recent prefix-hash chains: a growing conversation hashes only its new blocks.
+    chains: ChainMemo = field(default_factory=ChainMemo)
 
     def rules(self, provider: str, model: str) -> CacheRules | None:
         """The caching rules of ``provider``'s ``model``, or ``None`` when cachekit has none."""
@@ -656,7 +658,7 @@ class Planner:
         root = b"\x00".join(
             (b"cachekit-plan/v1", provider.encode(), model.strip().lower().encode(), partition)
         )
-        hashes = chain_hashes(blocks, root, context)
+        hashes = chain_hashes(blocks, root, context, memo=self.chains)
         stable = [i for i in (_section_end(blocks, "tools"), _section_end(blocks, "system")) if i is not None]
         recall = self.memory.recall(hashes, stable, now)
         changing = (

@@ -13,7 +13,7 @@ import pytest
 
 from cachekit import blocks as blocks_module
 from cachekit import canonical
-from cachekit.blocks import BlockMemo, prompt_blocks
+from cachekit.blocks import BlockMemo, ChainMemo, cache_context, chain_hashes, prompt_blocks
 from cachekit.breaker import CircuitBreaker
 from cachekit.config import CacheConfig
 from cachekit.context import CallPolicy
@@ -191,6 +191,25 @@ def test_the_block_memo_is_bounded() -> None:
     prompt_blocks("anthropic_messages", anthropic_messages(), memo=small)
     prompt_blocks("anthropic_messages", anthropic_messages(), memo=unbounded)
     assert 0 < len(small) < len(unbounded) == 6  # tools, system and four messages
+
+
+def test_the_chain_memo_hashes_only_a_growing_conversations_new_blocks() -> None:
+    memo = ChainMemo(capacity=2)
+    turn = anthropic_messages()
+    longer = {**turn, "messages": [*turn["messages"], {"role": "assistant", "content": "Yes."}]}
+    edited = {
+        **turn,
+        "messages": [{"role": "user", "content": "Another first question"}, *turn["messages"][1:]],
+    }
+    context = cache_context(turn)
+    for body in (turn, longer, turn, edited, longer):
+        blocks = prompt_blocks("anthropic_messages", body)
+        assert chain_hashes(blocks, b"root", context, memo=memo) == chain_hashes(blocks, b"root", context)
+    blocks = prompt_blocks("anthropic_messages", longer)
+    other_root = chain_hashes(blocks, b"another root", context, memo=memo)
+    assert other_root == chain_hashes(blocks, b"another root", context)
+    assert other_root != chain_hashes(blocks, b"root", context)
+    assert len(memo) == 2
 
 
 def test_one_request_builds_its_prompt_blocks_once(monkeypatch: pytest.MonkeyPatch) -> None:
