@@ -32,8 +32,8 @@ from cachekit.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from cachekit.lint import PrefixLintError
 from cachekit.semantic.layer import SemanticConfig
+from cachekit.shape.lint import PrefixLintError
 from cachekit.stores import AsyncStore, MemoryStore, SQLiteStore, Store, store_from_url
 from cachekit.transport import AsyncCachingTransport, CachingTransport
 

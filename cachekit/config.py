@@ -19,8 +19,8 @@ from cachekit.stores.base import AsyncStore, Store
 
 if TYPE_CHECKING:
     from cachekit.cost.ledger import Ledger
-    from cachekit.lint import Finding
     from cachekit.semantic.layer import SemanticConfig
+    from cachekit.shape.lint import Finding
 
 __all__ = ["DEFAULT_TTL", "Breakpoints", "CacheConfig", "LintMode", "Mode", "OnCacheError", "cachekit_home"]
 
@@ -111,7 +111,7 @@ class CacheConfig:
             one warning per client names this option.
         breakpoints: ``auto`` (default): place ``cache_control`` breakpoints on requests to providers
             with explicit prompt caching (Anthropic, Bailian) and set ``prompt_cache_key`` on OpenAI
-            requests that have none (see :mod:`cachekit.planner`); ``off``: send prompts as written.
+            requests that have none (see :mod:`cachekit.shape.planner`); ``off``: send prompts as written.
             The header ``x-cachekit-breakpoints: off|auto`` overrides it per request.
         lint: report volatile content in the cached prefix (timestamps, ids, reordered tools, a
             changed ``tool_choice``...) before each upstream call: ``warn`` (default: logged once per
@@ -119,7 +119,7 @@ class CacheConfig:
             ``invalid_request_error`` naming the findings, which the SDKs raise as their
             ``BadRequestError`` without retrying) or ``off``. The header ``x-cachekit-conversation``
             names the conversation a request belongs to.
-        on_lint: called with each :class:`~cachekit.lint.Finding` (for metrics, or a test that must
+        on_lint: called with each :class:`~cachekit.shape.lint.Finding` (for metrics, or a test that must
             keep prompts stable).
         volatile_patterns: extra regular expressions whose matches in tools or system prompts lint
             reports as volatile (and ``stable_first`` moves).

@@ -33,10 +33,10 @@ from typing import Any
 import orjson
 
 from cachekit._progress import Progress
-from cachekit.blocks import cache_context, prompt_blocks
 from cachekit.cost.prices import PriceTable, default_prices
 from cachekit.cost.usage import UsageRecord, usage_of_body
-from cachekit.planner import add_marker
+from cachekit.shape.blocks import cache_context, prompt_blocks
+from cachekit.shape.planner import add_marker
 
 __all__ = [
     "POLICIES",
@@ -395,7 +395,7 @@ def replay(
         from cachekit.errors import MissingExtraError
 
         raise MissingExtraError("anthropic", "anthropic", "cachekit replay") from error
-    from cachekit.tokens import encoding
+    from cachekit.shape.tokens import encoding
 
     if provider != "anthropic":
         raise ValueError(f"replay speaks the Anthropic Messages API; provider {provider!r} is not supported")

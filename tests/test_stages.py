@@ -11,9 +11,6 @@ import httpx2
 import orjson
 import pytest
 
-from cachekit import blocks as blocks_module
-from cachekit import canonical
-from cachekit.blocks import BlockMemo, ChainMemo, cache_context, chain_hashes, prompt_blocks
 from cachekit.breaker import CircuitBreaker
 from cachekit.config import CacheConfig
 from cachekit.context import CallPolicy
@@ -25,6 +22,9 @@ from cachekit.pipeline.key import Keyer
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import Form, RequestView
 from cachekit.providers import route_request
+from cachekit.shape import blocks as blocks_module
+from cachekit.shape import canonical
+from cachekit.shape.blocks import BlockMemo, ChainMemo, cache_context, chain_hashes, prompt_blocks
 from cachekit.stores import record
 from tests.requests import anthropic_messages, openai_chat
 

@@ -68,7 +68,7 @@ class Control:
     #: ``x-cachekit-conversation``: the conversation lint compares this request with.
     conversation: str | None = None
     #: The per-request tenant (header, else call site): it narrows the client's partition unless
-    #: ``trust_tenant_header`` lets it select one (:func:`cachekit.keys.partition_for`).
+    #: ``trust_tenant_header`` lets it select one (:func:`cachekit.exact.keys.partition_for`).
     request_tenant: str | None = None
 
 

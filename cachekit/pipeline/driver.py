@@ -19,14 +19,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cachekit import canonical
 from cachekit._http import Request, Response
 from cachekit.breaker import CircuitBreaker
 from cachekit.config import CacheConfig
 from cachekit.context import current_policy
 from cachekit.cost.ledger import Ledger
-from cachekit.flights import Flight, Flights
-from cachekit.lint import PrefixLinter
+from cachekit.exact.flights import Flight, Flights
 from cachekit.pipeline import answers
 from cachekit.pipeline.controls import BadControl, Control, bypass_reason, read_control, strip_control_headers
 from cachekit.pipeline.effects import Exchange, Send, Step
@@ -39,8 +37,10 @@ from cachekit.pipeline.shape import Shaper
 from cachekit.pipeline.store import Storer
 from cachekit.pipeline.upstream import Upstream
 from cachekit.pipeline.view import FORM_FIELDS, Form, NotCanonical, RequestView, Seen, SeenBodies
-from cachekit.planner import Planner
 from cachekit.providers import route_request
+from cachekit.shape import canonical
+from cachekit.shape.lint import PrefixLinter
+from cachekit.shape.planner import Planner
 
 if TYPE_CHECKING:
     from cachekit.semantic.layer import SemanticLayer

@@ -5,7 +5,7 @@
 * :class:`Save` → ``None``
 * :class:`Read` → ``None`` (the response's body is then in ``response.content``)
 * :class:`Wait` → ``"landed"``, ``"timeout"``, or ``"own"`` when the caller leads the flight itself
-  (:meth:`Flight.wait <cachekit.flights.Flight.wait>` and its async twin decide)
+  (:meth:`Flight.wait <cachekit.exact.flights.Flight.wait>` and its async twin decide)
 * :class:`Tee` → ``None``; the driver wraps the response's stream so the recorder sees each chunk as it
   passes to the caller (telling ``idle`` whose turn it is), and when the stream ends performs
   ``on_end``'s store write, then ``release``
@@ -22,9 +22,9 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from cachekit import sse
 from cachekit._http import Request, Response
-from cachekit.flights import Flight
+from cachekit.exact import sse
+from cachekit.exact.flights import Flight
 
 _T = TypeVar("_T")
 

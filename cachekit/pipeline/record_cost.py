@@ -12,13 +12,13 @@ from typing import Any
 
 import orjson
 
-from cachekit import sse
 from cachekit.cost.ledger import Outcome
 from cachekit.cost.usage import usage_of_body
+from cachekit.exact import sse
 from cachekit.pipeline.key import Call
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.shape import Shaper
-from cachekit.planner import Applied
+from cachekit.shape.planner import Applied
 from cachekit.stores import record
 
 __all__ = ["Accountant"]

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from cachekit._http import Response
 from cachekit.breaker import CircuitBreaker
-from cachekit.canonical import CanonicalOptions
 from cachekit.pipeline import answers
 from cachekit.pipeline.controls import SIMILARITY_HEADER, Control
 from cachekit.pipeline.effects import Offload, Step
@@ -27,6 +26,7 @@ from cachekit.pipeline.record_cost import Accountant
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import RequestView
 from cachekit.semantic.base import DimensionMismatchError
+from cachekit.shape.canonical import CanonicalOptions
 
 if TYPE_CHECKING:
     from cachekit.semantic.layer import Lookup, SemanticLayer

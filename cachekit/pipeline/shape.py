@@ -3,7 +3,7 @@ lint, stable-first ordering, and cache breakpoints (or OpenAI's ``prompt_cache_k
 provider whose caching rules apply.
 
 Reads the view's body and its prompt blocks (built once, reused across a conversation's calls for
-the unchanged prefix through a :class:`~cachekit.blocks.BlockMemo`); writes :attr:`RequestView.shaped`
+the unchanged prefix through a :class:`~cachekit.shape.blocks.BlockMemo`); writes :attr:`RequestView.shaped`
 when it changes the body; yields no effects. The planner learns from upstream answers
 (:meth:`Shaper.commit`); hosts outside the provider table may announce their rules
 (:meth:`Shaper.learn_rules`).
@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cachekit._http import Response
-from cachekit.blocks import BlockMemo
-from cachekit.lint import PrefixLinter, PrefixLintError, lint_blocks
 from cachekit.pipeline.controls import Control
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import RequestView
-from cachekit.planner import Applied, PlanError, Planner, stable_first
 from cachekit.providers import NO_PROMPT_CACHE, PROVIDERS, RULES_HEADER, HostRules, Route
+from cachekit.shape.blocks import BlockMemo
+from cachekit.shape.lint import PrefixLinter, PrefixLintError, lint_blocks
+from cachekit.shape.planner import Applied, PlanError, Planner, stable_first
 
 __all__ = ["KNOWN_PROVIDERS", "Shaped", "Shaper"]
 

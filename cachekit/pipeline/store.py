@@ -15,7 +15,7 @@ from dataclasses import replace
 import orjson
 
 from cachekit._http import Response
-from cachekit.flights import Flight
+from cachekit.exact.flights import Flight
 from cachekit.pipeline import answers
 from cachekit.pipeline.effects import Exchange, Save
 from cachekit.pipeline.exact import unechoed
@@ -24,8 +24,8 @@ from cachekit.pipeline.record_cost import Accountant
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.semantic import SemanticCall, SemanticStage
 from cachekit.pipeline.view import RequestView
-from cachekit.planner import Applied
 from cachekit.providers import incomplete_answer
+from cachekit.shape.planner import Applied
 from cachekit.stores import record
 
 __all__ = ["Storer", "settle"]

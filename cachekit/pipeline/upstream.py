@@ -13,10 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from cachekit import sse
 from cachekit._http import Response
-from cachekit.flights import Flight, Flights, retry_of
-from cachekit.lint import PrefixLintError
+from cachekit.exact import sse
+from cachekit.exact.flights import Flight, Flights, retry_of
 from cachekit.pipeline import answers
 from cachekit.pipeline.controls import Control
 from cachekit.pipeline.effects import Exchange, Read, Send, Step, Tee, Wait, nothing
@@ -28,6 +27,7 @@ from cachekit.pipeline.semantic import SemanticCall, SemanticStage
 from cachekit.pipeline.shape import KNOWN_PROVIDERS, Shaper
 from cachekit.pipeline.store import Storer, settle
 from cachekit.pipeline.view import Form, RequestView, is_event_stream, is_json
+from cachekit.shape.lint import PrefixLintError
 from cachekit.stores import record
 
 __all__ = ["Upstream"]
@@ -73,7 +73,7 @@ class Upstream:
 
     def _coalesce(self, call: Call) -> Step[Led]:
         """Single-flight for a miss: lead the key's flight (``None`` and the flight), or follow it and
-        read its answer; ``None, None`` to go upstream alone. See :mod:`cachekit.flights`."""
+        read its answer; ``None, None`` to go upstream alone. See :mod:`cachekit.exact.flights`."""
         key, dialect, form = call.key, call.route.dialect, call.form
         follower = self.flights.follower(key, self._rt.config.coalesce_timeout)
         replacing: Flight | None = None

@@ -21,11 +21,11 @@ from typing import Any
 
 import orjson
 
-from cachekit import canonical as canon
 from cachekit._http import Request, rebuild_request
 from cachekit._types import Dialect
-from cachekit.blocks import Block, BlockMemo, prompt_blocks
 from cachekit.providers import Route
+from cachekit.shape import canonical as canon
+from cachekit.shape.blocks import Block, BlockMemo, prompt_blocks
 
 __all__ = [
     "JSON_TYPE",

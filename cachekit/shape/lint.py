@@ -32,8 +32,8 @@ from typing import Any
 
 import orjson
 
-from cachekit.blocks import Block, content_digest, prompt_blocks
 from cachekit.errors import CachekitError, ConfigError
+from cachekit.shape.blocks import Block, content_digest, prompt_blocks
 
 __all__ = ["Finding", "PrefixLintError", "PrefixLinter", "lint_blocks", "lint_request"]
 
@@ -190,7 +190,7 @@ class Finding:
             ``system_changed``, ``messages_changed`` (a change since the conversation's previous call).
         message: one human line; it names positions, never prompt text.
         where: the block's path (``system.0``, ``tools.3``, ``messages.4.content.1``, as
-            :attr:`cachekit.blocks.Block.where`), or a top-level field (``tool_choice``, ``model``).
+            :attr:`cachekit.shape.blocks.Block.where`), or a top-level field (``tool_choice``, ``model``).
         block: the block's index in prefix order, ``None`` for a top-level field.
         offset: the character offset of ``match`` in the block's text (for a tool, its canonical JSON),
             ``None`` when the finding is about a whole block or field.
@@ -245,7 +245,7 @@ def _digest(*parts: bytes) -> bytes:
 
 
 def _block_digest(block: Block) -> bytes:
-    """``_digest(block.content)``: computed with the block by :func:`~cachekit.blocks.prompt_blocks`
+    """``_digest(block.content)``: computed with the block by :func:`~cachekit.shape.blocks.prompt_blocks`
     (reused across calls for a conversation's unchanged prefix), else here."""
     return block.digest or content_digest(block.content)
 
@@ -402,7 +402,7 @@ def lint_request(dialect: str, body: dict[str, Any], *, patterns: Iterable[Patte
 
 
 def lint_blocks(blocks: Sequence[Block], *, patterns: Iterable[Pattern] = ()) -> list[Finding]:
-    """:func:`lint_request`'s findings, for a request whose :func:`~cachekit.blocks.prompt_blocks` the
+    """:func:`lint_request`'s findings, for a request whose :func:`~cachekit.shape.blocks.prompt_blocks` the
     caller has already (the pipeline builds them once per request)."""
     return _scanner_for(tuple(patterns)).findings(blocks)
 
@@ -687,7 +687,7 @@ class PrefixLinter:
         """Lint one request (about to be sent) and remember it as its conversation's latest call.
 
         ``partition`` keeps tenants apart; ``conversation`` replaces the derived conversation id;
-        ``blocks`` are the body's :func:`~cachekit.blocks.prompt_blocks` when the caller has them.
+        ``blocks`` are the body's :func:`~cachekit.shape.blocks.prompt_blocks` when the caller has them.
         Returns the findings (an empty list for a stable conversation); raises
         :class:`PrefixLintError` instead when ``raise_on`` is set and there are any.
         """

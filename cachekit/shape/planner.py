@@ -30,7 +30,7 @@ request will read:
 earlier requests (:class:`Recall`) go in, the planned body and the placements come out.
 :class:`Planner` keeps that memory (:class:`PlanMemory`: which prefixes were written and when, by
 prefix hash, per partition and model), counts tokens with a calibrated
-:class:`~cachekit.tokens.TokenEstimator` and, for OpenAI, sets ``prompt_cache_key`` from the hash
+:class:`~cachekit.shape.tokens.TokenEstimator` and, for OpenAI, sets ``prompt_cache_key`` from the hash
 of the stable prefix when the caller set none (never for OpenAI-compatible third parties, which do
 not take it).
 """
@@ -49,9 +49,16 @@ from typing import Any, Literal
 import orjson
 
 from cachekit._types import Ttl
-from cachekit.blocks import Block, ChainMemo, cache_context, chain_hashes, lookback_positions, prompt_blocks
 from cachekit.providers.cache_rules import CacheRules, UnknownProviderError, cache_rules
-from cachekit.tokens import TokenEstimator
+from cachekit.shape.blocks import (
+    Block,
+    ChainMemo,
+    cache_context,
+    chain_hashes,
+    lookback_positions,
+    prompt_blocks,
+)
+from cachekit.shape.tokens import TokenEstimator
 
 __all__ = [
     "Applied",
@@ -339,7 +346,7 @@ def plan_breakpoints(
 ) -> Plan:
     """Place ``cache_control`` markers on ``body`` (see the module docstring). Pure.
 
-    ``blocks`` are ``body``'s blocks (:func:`cachekit.blocks.prompt_blocks`), ``tokens`` their token
+    ``blocks`` are ``body``'s blocks (:func:`cachekit.shape.blocks.prompt_blocks`), ``tokens`` their token
     counts as the provider would count them, ``rules`` the model's caching rules (explicit mode).
     ``volatile`` are system blocks known to change between calls: the system marker goes on the last
     eligible system block before the first of them. Raises :class:`PlanError` for markers the
