@@ -6,11 +6,12 @@ Builds a 60-message agent request from recorded agent traces (system prompt, too
 messages of the longest conversation; by default ``tests/fixtures/traces-sample.jsonl``) and sends it
 through the real ``anthropic`` SDK to an instant in-process upstream
 (:class:`cachekit.testing.FakeUpstream`), interleaving the variants round by round so machine noise
-hits them alike. Prints medians, p90s and the ratios.
+hits them alike. Prints medians, p90s and the ratios. Then the same for a 200-message request (the
+60 messages said three times over, then 20 more: a long agent session).
 
 ``--sdk-hits`` measures only the hit paths of both SDKs instead (``sdk_hits`` below).
 
-    python benchmarks/overhead.py [--rounds 400] [--traces PATH] [--sdk-hits]
+    python benchmarks/overhead.py [--rounds 400] [--traces PATH] [--long-rounds N] [--sdk-hits]
 """
 
 from __future__ import annotations
@@ -37,14 +38,16 @@ DEFAULT_TRACES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "t
 def agent_request(traces: Path, messages: int = 60) -> dict[str, Any]:
     conversations = [orjson.loads(line) for line in traces.read_bytes().splitlines() if line.strip()]
     longest = max(conversations, key=lambda c: len(c["messages"]))
-    if len(longest["messages"]) < messages:
-        raise SystemExit(f"no conversation in {traces} has {messages} messages")
+    if len(longest["messages"]) < 60:
+        raise SystemExit(f"no conversation in {traces} has 60 messages")
+    # Longer requests repeat the first 60 messages (user first, assistant last: the turns still alternate).
+    turns = longest["messages"][:60] * (messages // 60 + 1)
     return {
         "model": "claude-sonnet-4-5",
         "max_tokens": 1024,
         "system": longest["system"],
         "tools": longest["tools"],
-        "messages": longest["messages"][:messages],
+        "messages": turns[:messages],
     }
 
 
@@ -66,12 +69,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
     parser.add_argument("--sdk-hits", action="store_true", help="only the hit paths of both SDKs")
+    parser.add_argument("--long-rounds", type=int, default=None, help="rounds of the 200-message request")
     args = parser.parse_args()
     if args.sdk_hits:
         sdk_hits(args.traces, args.rounds)
         return
 
     body = agent_request(args.traces)
+    calls(body, args.rounds)
+    streams(body, args.rounds // 4)
+    print()
+    calls(agent_request(args.traces, 200), args.rounds if args.long_rounds is None else args.long_rounds)
+
+
+def calls(body: dict[str, Any], rounds: int) -> None:
+    """Non-streamed calls of ``body``: raw, miss and hit, memory and SQLite stores, interleaved."""
     size = len(orjson.dumps(body))
     tmp = Path(__import__("tempfile").mkdtemp())
     raw = client(None)
@@ -89,7 +101,7 @@ def main() -> None:
     samples: dict[str, list[float]] = {
         k: [] for k in ("raw", "miss-memory", "miss-sqlite", "hit-memory", "hit-sqlite")
     }
-    for i in range(args.rounds):
+    for i in range(rounds):
         unique = {"metadata": {"user_id": f"round-{i}"}}  # same size as a real request, never cached before
         samples["raw"].append(timed(lambda u=unique: call(raw, **u)))
         samples["miss-memory"].append(timed(lambda u=unique: call(memory, **u)))
@@ -100,7 +112,8 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in samples.items()}
     p90 = {k: statistics.quantiles(v, n=10)[-1] for k, v in samples.items()}
     print(
-        f"request: 60 messages, {len(body['tools'])} tools, {size / 1024:.0f} KiB JSON; {args.rounds} rounds"
+        f"request: {len(body['messages'])} messages, {len(body['tools'])} tools, {size / 1024:.0f} KiB JSON; "
+        f"{rounds} rounds"
     )
     print(f"{'path':<14}{'median ms':>11}{'p90 ms':>9}{'vs raw':>9}")
     for name in samples:
@@ -113,7 +126,6 @@ def main() -> None:
         )
     for sdk in (raw, memory, sqlite):
         sdk.close()
-    streams(body, args.rounds // 4)
 
 
 def streams(body: dict[str, Any], rounds: int) -> None:

@@ -5,10 +5,10 @@ Builds 100-message agent requests from recorded agent traces (by default
 messages repeated to 100) and measures, interleaved round by round so machine noise hits the
 variants alike:
 
-* ``plan``: :meth:`cachekit.planner.Planner.apply` alone, as a conversation grows by one turn per
+* ``plan``: :meth:`cachekit.shape.planner.Planner.apply` alone, as a conversation grows by one turn per
   request (token counts of earlier blocks are remembered: the steady state), and ``plan-cold`` with a
   fresh planner each time (every block counted);
-* ``lint``: :meth:`cachekit.lint.PrefixLinter.check` on the same requests;
+* ``lint``: :meth:`cachekit.shape.lint.PrefixLinter.check` on the same requests;
 * the whole miss path through ``cachekit.Anthropic`` to an instant in-process upstream with planning
   and lint on, and with both off (the difference is what they cost a call, parsing included).
 
@@ -28,8 +28,8 @@ import httpx2
 import orjson
 
 import cachekit
-from cachekit.lint import PrefixLinter
-from cachekit.planner import Planner
+from cachekit.shape.lint import PrefixLinter
+from cachekit.shape.planner import Planner
 from cachekit.testing import FakeUpstream
 
 # The development set's longest conversation is in the tests' sample (tests/fixtures/README.md): the

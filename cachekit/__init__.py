@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from cachekit import _moved
 from cachekit._version import __version__
 from cachekit.cache import Cache
 from cachekit.clients import cache_of, wrap
@@ -31,10 +32,12 @@ from cachekit.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from cachekit.lint import PrefixLintError
 from cachekit.semantic.layer import SemanticConfig
+from cachekit.shape.lint import PrefixLintError
 from cachekit.stores import AsyncStore, MemoryStore, SQLiteStore, Store, store_from_url
 from cachekit.transport import AsyncCachingTransport, CachingTransport
+
+_moved.install()  # the modules that moved into a stage's folder keep their old import paths
 
 if TYPE_CHECKING:  # pragma: no cover - the real classes are SDK subclasses built on first access
     import anthropic

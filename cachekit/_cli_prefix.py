@@ -55,7 +55,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _load(path: str, out: TextIO, command: str) -> dict[str, Any] | None:
-    from cachekit.diff import load_request
+    from cachekit.shape.diff import load_request
 
     try:
         return load_request(path)
@@ -65,7 +65,7 @@ def _load(path: str, out: TextIO, command: str) -> dict[str, Any] | None:
 
 
 def _diff(args: argparse.Namespace, out: TextIO) -> int:
-    from cachekit.diff import diff_requests
+    from cachekit.shape.diff import diff_requests
 
     a = _load(args.a, out, "diff")
     b = _load(args.b, out, "diff") if a is not None else None
@@ -118,8 +118,8 @@ def _shown(match: str | None) -> str:
 
 
 def _lint(args: argparse.Namespace, out: TextIO) -> int:
-    from cachekit.diff import guess_dialect
-    from cachekit.lint import PrefixLinter
+    from cachekit.shape.diff import guess_dialect
+    from cachekit.shape.lint import PrefixLinter
 
     bodies = []
     for path in args.requests:

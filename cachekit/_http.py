@@ -11,7 +11,9 @@ identical.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import threading
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, TypeAlias
@@ -22,20 +24,24 @@ Request: TypeAlias = Any
 Response: TypeAlias = Any
 
 _LIBRARIES = ("httpx", "httpx2")
+
+
 _library_cache: dict[type, ModuleType] = {}
+_library_lock = threading.Lock()
 
 
 def library_of(obj: object) -> ModuleType:
     """The HTTP library (``httpx`` or ``httpx2`` module) that ``obj``'s class belongs to."""
     cls = type(obj)
-    library = _library_cache.get(cls)
+    library = _library_cache.get(cls)  # a dict read is atomic; writes take the lock
     if library is None:
         # Walk the MRO: the SDKs subclass the library's Client (anthropic's SyncHttpxClientWrapper).
         names = [c.__module__.partition(".")[0] for c in cls.__mro__]
         name = next((n for n in names if n in _LIBRARIES), None)
         if name is None:
             raise TypeError(f"expected an httpx or httpx2 object, got {cls.__module__}.{cls.__qualname__}")
-        library = _library_cache[cls] = importlib.import_module(name)
+        with _library_lock:
+            library = _library_cache.setdefault(cls, importlib.import_module(name))
     return library
 
 
@@ -51,14 +57,9 @@ def build_response(
     )
 
 
-_reasons: dict[int, bytes] = {}
-
-
+@functools.cache
 def _reason(library: ModuleType, status: int) -> bytes:
-    reason = _reasons.get(status)
-    if reason is None:
-        reason = _reasons[status] = library.codes.get_reason_phrase(status).encode("ascii")
-    return reason
+    return str(library.codes.get_reason_phrase(status)).encode("ascii")
 
 
 def rebuild_request(request: Request, content: bytes, add: tuple[tuple[str, str], ...] = ()) -> Request:

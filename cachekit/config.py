@@ -10,17 +10,17 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from cachekit._home import cachekit_home
 from cachekit._types import ToolOrder
 from cachekit.errors import ConfigError
 from cachekit.stores.base import AsyncStore, Store
 
 if TYPE_CHECKING:
     from cachekit.cost.ledger import Ledger
-    from cachekit.lint import Finding
     from cachekit.semantic.layer import SemanticConfig
+    from cachekit.shape.lint import Finding
 
 __all__ = ["DEFAULT_TTL", "Breakpoints", "CacheConfig", "LintMode", "Mode", "OnCacheError", "cachekit_home"]
 
@@ -45,12 +45,6 @@ MODES: frozenset[str] = frozenset({"default", "bypass", "refresh", "only-if-cach
 #: Entries live a week unless told otherwise: long enough for repeated agent runs and test suites,
 #: short enough that a changed model behind an unchanged name is picked up.
 DEFAULT_TTL = 7 * 24 * 3600.0
-
-
-def cachekit_home() -> Path:
-    """The folder cachekit keeps files in: ``$CACHEKIT_HOME``, else ``~/.cache/cachekit``."""
-    configured = os.environ.get("CACHEKIT_HOME")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "cachekit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +111,7 @@ class CacheConfig:
             one warning per client names this option.
         breakpoints: ``auto`` (default): place ``cache_control`` breakpoints on requests to providers
             with explicit prompt caching (Anthropic, Bailian) and set ``prompt_cache_key`` on OpenAI
-            requests that have none (see :mod:`cachekit.planner`); ``off``: send prompts as written.
+            requests that have none (see :mod:`cachekit.shape.planner`); ``off``: send prompts as written.
             The header ``x-cachekit-breakpoints: off|auto`` overrides it per request.
         lint: report volatile content in the cached prefix (timestamps, ids, reordered tools, a
             changed ``tool_choice``...) before each upstream call: ``warn`` (default: logged once per
@@ -125,7 +119,7 @@ class CacheConfig:
             ``invalid_request_error`` naming the findings, which the SDKs raise as their
             ``BadRequestError`` without retrying) or ``off``. The header ``x-cachekit-conversation``
             names the conversation a request belongs to.
-        on_lint: called with each :class:`~cachekit.lint.Finding` (for metrics, or a test that must
+        on_lint: called with each :class:`~cachekit.shape.lint.Finding` (for metrics, or a test that must
             keep prompts stable).
         volatile_patterns: extra regular expressions whose matches in tools or system prompts lint
             reports as volatile (and ``stable_first`` moves).

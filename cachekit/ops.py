@@ -3,7 +3,7 @@
 These run from ``cachekit stats``, ``cachekit purge`` and ``cachekit health`` (or a readiness probe in
 your own service), never on a request's path: listing a Redis store is a ``SCAN`` over every node.
 They read only the clear parts of store keys (kind, namespace, partition; see
-:func:`cachekit.keys.store_key`), so they work on encrypted stores too and never see a prompt.
+:func:`cachekit.exact.keys.store_key`), so they work on encrypted stores too and never see a prompt.
 
 The semantic index is purged by the same rule (:func:`purge_semantic`): its partitions are opaque
 digests, but every indexed question names the store key of the answer it points at, and that key's
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachekit.errors import ConfigError, StoreError
-from cachekit.keys import EXACT_KIND, MEMO_KIND, KeyParts, key_prefix, parse_key, partition_names_tenant
+from cachekit.exact.keys import EXACT_KIND, MEMO_KIND, KeyParts, key_prefix, parse_key, partition_names_tenant
 from cachekit.semantic.base import PurgeableIndex
 from cachekit.stores.base import EntryInfo, Inspectable, Store, is_inspectable
 

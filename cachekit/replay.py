@@ -33,11 +33,11 @@ from typing import Any
 import orjson
 
 from cachekit._progress import Progress
-from cachekit.blocks import cache_context, prompt_blocks
 from cachekit.cost.prices import PriceTable, default_prices
 from cachekit.cost.usage import UsageRecord, usage_of_body
-from cachekit.planner import add_marker
 from cachekit.replay_layouts import Layout, apply_openai_policy, dialect_of, policies_of, rewrite
+from cachekit.shape.blocks import cache_context, prompt_blocks
+from cachekit.shape.planner import add_marker
 
 __all__ = [
     "POLICIES",
@@ -432,7 +432,7 @@ def replay(
         from cachekit.errors import MissingExtraError
 
         raise MissingExtraError("anthropic", "anthropic", "cachekit replay") from error
-    from cachekit.tokens import encoding
+    from cachekit.shape.tokens import encoding
 
     if provider not in ("anthropic", *_BASE_URLS):
         raise ValueError(f"replay speaks Anthropic's, OpenAI's and Model Studio's APIs, not {provider!r}")

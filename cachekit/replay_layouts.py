@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 import orjson
 
-from cachekit.blocks import prompt_blocks, text_of
-from cachekit.planner import add_marker
 from cachekit.providers.breakpoints import rebind
 from cachekit.providers.cache_rules import cache_rules
+from cachekit.shape.blocks import prompt_blocks, text_of
+from cachekit.shape.planner import add_marker
 
 __all__ = [
     "LAYOUTS",

@@ -82,7 +82,7 @@ from cachekit.cache import Cache, CacheLike
 from cachekit.clients import drop_in_class
 from cachekit.config import CacheConfig
 from cachekit.cost.ledger import Ledger, MemorySink
-from cachekit.flights import Signal
+from cachekit.exact.flights import Signal
 from cachekit.local.backend import LocalBackend
 from cachekit.local.scripted import ByteTokenizer, ScriptedEngine
 from cachekit.local.transport import LocalTransport, aiter_reply, build_response, iter_reply

@@ -13,6 +13,7 @@ environment.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import socket
@@ -256,18 +257,18 @@ class _Deferred:
 _defer = _Deferred()
 
 
-_tee_classes: dict[tuple[str, bool], type[Any]] = {}
-
-
 def _tee_class(library: ModuleType, is_async: bool) -> type[Any]:
     """The tee wrapper as a subclass of ``library``'s byte-stream base (httpx2 checks the type)."""
-    key = (library.__name__, is_async)
-    cls = _tee_classes.get(key)
-    if cls is None:
-        base = library.AsyncByteStream if is_async else library.SyncByteStream
-        mixin = _AsyncTee if is_async else _SyncTee
-        cls = _tee_classes[key] = type(mixin.__name__, (mixin, base), {})
-    return cls
+    return _tee_class_of(library.__name__, is_async)
+
+
+# functools.cache: four classes at most, built once each, and its dict is safe to share between threads.
+@functools.cache
+def _tee_class_of(library_name: str, is_async: bool) -> type[Any]:
+    library = sys.modules[library_name]
+    base = library.AsyncByteStream if is_async else library.SyncByteStream
+    mixin = _AsyncTee if is_async else _SyncTee
+    return type(mixin.__name__, (mixin, base), {})
 
 
 class _CachingBase:

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx2
 
 import cachekit
-from cachekit.diff import diff_requests
 from cachekit.local import LocalBackend, LocalTransport
+from cachekit.shape.diff import diff_requests
 
 RULES = "\n".join(f"Policy {i}: orders ship in {i % 5 + 1} days; cite policy {i}." for i in range(150))
 client = cachekit.Anthropic(

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cachekit._types import Dialect
-from cachekit.canonical import CanonicalOptions, CanonicalResult, Change, canonicalize, dumps
+from cachekit.shape.canonical import CanonicalOptions, CanonicalResult, Change, canonicalize, dumps
 
 DIALECTS: tuple[Dialect, ...] = (
     "anthropic_messages",

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from cachekit._cli_prefix import register
-from cachekit.diff import Divergence, diff_requests, guess_dialect, load_request
-from cachekit.tokens import encoding
+from cachekit.shape.diff import Divergence, diff_requests, guess_dialect, load_request
+from cachekit.shape.tokens import encoding
 
 TRACES = Path(__file__).resolve().parent / "fixtures" / "traces-sample.jsonl"  # see fixtures/README.md
 

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from cachekit._types import Dialect
-from cachekit.echo import ECHOED_FIELDS, restore_echo, strip_echo
-from cachekit.sse import SSEDecoder, assemble
+from cachekit.exact.echo import ECHOED_FIELDS, restore_echo, strip_echo
+from cachekit.exact.sse import SSEDecoder, assemble
 from cachekit.testing import FakeUpstream
 
 GPT = "gpt-4.1-mini"

@@ -19,14 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cachekit.blocks import prompt_blocks
 from cachekit.cost.prices import PriceTable
 from cachekit.local import LocalBackend, LocalTransport, ManualClock, ScriptedEngine
-from cachekit.planner import Planner
 from cachekit.providers.breakpoints import rebind
 from cachekit.providers.cache_rules import cache_rules
 from cachekit.replay import read_traces, replay
-from cachekit.tokens import encoding
+from cachekit.shape.blocks import prompt_blocks
+from cachekit.shape.planner import Planner
+from cachekit.shape.tokens import encoding
 
 GUIDE = "https://developers.openai.com/api/docs/guides/prompt-caching"
 REFERENCE = "https://developers.openai.com/api/reference"
@@ -598,7 +598,7 @@ def test_fable_5_and_mythos_5_take_a_million_tokens() -> None:
 
 
 def test_a_callers_breakpoint_on_a_system_message_is_never_moved() -> None:
-    from cachekit.planner import stable_first
+    from cachekit.shape.planner import stable_first
 
     messages = [
         {"role": "system", "content": "Today is 2026-12-03 10:04"},

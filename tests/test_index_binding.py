@@ -23,7 +23,7 @@ import pytest
 import redis
 
 import cachekit
-from cachekit.keys import EXACT_KIND, key_prefix
+from cachekit.exact.keys import EXACT_KIND, key_prefix
 from cachekit.semantic import Candidate, SemanticConfig
 from cachekit.semantic.binding import EntryBinding
 from cachekit.semantic.index_memory import MemoryVectorIndex

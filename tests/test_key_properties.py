@@ -30,10 +30,10 @@ from openai.resources.chat.completions import Completions
 from openai.resources.responses import Responses
 
 import cachekit
-from cachekit.canonical import CanonicalOptions
 from cachekit.providers import server_state
 from cachekit.semantic import SemanticConfig
 from cachekit.semantic.partition import SemanticRequest, split_request
+from cachekit.shape.canonical import CanonicalOptions
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.conftest import Harness

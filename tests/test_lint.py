@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from cachekit.errors import CachekitError, ConfigError
-from cachekit.lint import Finding, PrefixLinter, PrefixLintError, lint_request
+from cachekit.shape.lint import Finding, PrefixLinter, PrefixLintError, lint_request
 
 TRACES = Path(__file__).resolve().parent / "fixtures" / "traces-sample.jsonl"  # see fixtures/README.md
 # A SWE-agent trajectory with 21 assistant turns and a system prompt without volatile content.
@@ -615,7 +615,7 @@ _FRAGMENTS = [
 def test_scanning_only_candidate_segments_finds_what_a_full_scan_finds(
     pieces: list[str], json_like: bool
 ) -> None:
-    from cachekit import lint
+    from cachekit.shape import lint
 
     text = "".join(pieces)
     matches = list(lint._VOLATILE.finditer(text))

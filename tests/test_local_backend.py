@@ -23,7 +23,7 @@ import pytest
 import tiktoken
 
 from cachekit.local import LocalBackend, LocalServer, LocalTransport, ManualClock, ScriptedEngine
-from cachekit.tokens import encoding
+from cachekit.shape.tokens import encoding
 
 MODEL = "claude-sonnet-4-5"
 GPT = "gpt-4.1-mini"
@@ -538,7 +538,7 @@ def test_openai_prefixes_include_roles(where: dict[str, Any]) -> None:
 
 def test_tiktoken_files_never_come_from_the_network(tmp_path: Any) -> None:
     """An empty $TIKTOKEN_CACHE_DIR (to tiktoken: no cache, download) still loads offline, writing nothing."""
-    code = "from cachekit.tokens import encoding; print(len(encoding().encode('hello world')))"
+    code = "from cachekit.shape.tokens import encoding; print(len(encoding().encode('hello world')))"
     env = {**os.environ, "TIKTOKEN_CACHE_DIR": "", "CACHEKIT_HOME": str(tmp_path / "home")}
     done = subprocess.run(
         [sys.executable, "-c", code],

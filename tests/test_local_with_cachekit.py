@@ -16,8 +16,8 @@ import tiktoken
 import cachekit
 from cachekit.cost import Ledger, MemorySink
 from cachekit.local import LocalBackend, LocalTransport
+from cachekit.shape.tokens import encoding
 from cachekit.stores import MemoryStore
-from cachekit.tokens import encoding
 
 SYSTEM = " ".join(f"Policy {i}: keep answers short and cite clause {i}." for i in range(200))
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cachekit.canonical import canonicalize
+from cachekit.shape.canonical import canonicalize
 from tests.conftest import Harness
 
 # Pairs of arguments that a double-based rewrite would merge (or change), with what differs.

@@ -24,13 +24,13 @@ import orjson
 import pytest
 
 import cachekit
-from cachekit.blocks import prompt_blocks
 from cachekit.cache import Cache
 from cachekit.local import LocalBackend, LocalTransport, ManualClock
 from cachekit.local.parse import parse
 from cachekit.local.scripted import ByteTokenizer
-from cachekit.planner import PlanError, Recall, plan_breakpoints
 from cachekit.providers.cache_rules import cache_rules
+from cachekit.shape.blocks import prompt_blocks
+from cachekit.shape.planner import PlanError, Recall, plan_breakpoints
 from cachekit.testing import LocalAPI
 from tests import sdk_shapes
 from tests.conftest import SDK, Harness

@@ -14,7 +14,7 @@ import pytest
 import cachekit
 from cachekit import cli
 from cachekit.errors import ConfigError, StoreError
-from cachekit.keys import EXACT_KIND, parse_key, store_key
+from cachekit.exact.keys import EXACT_KIND, parse_key, store_key
 from cachekit.ops import health, purge, store_stats
 from cachekit.stores import MemoryStore, SQLiteStore
 from cachekit.stores.redis import RedisStore

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cachekit import canonical
+from cachekit.shape import canonical
 from tests.conftest import SDK, Harness
 
 # A schema whose property order is the point: the model should reason before it answers.

@@ -23,15 +23,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cachekit
-from cachekit.blocks import prompt_blocks
 from cachekit.cache import Cache
 from cachekit.local import LocalBackend, LocalTransport, ManualClock, ScriptedEngine
 from cachekit.local.accounting import AnthropicCache
 from cachekit.local.parse import parse
 from cachekit.local.scripted import ByteTokenizer
-from cachekit.planner import PlanError, Planner, Recall, add_marker, plan_breakpoints
 from cachekit.providers.cache_rules import cache_rules
-from cachekit.tokens import encoding
+from cachekit.shape.blocks import prompt_blocks
+from cachekit.shape.planner import PlanError, Planner, Recall, add_marker, plan_breakpoints
+from cachekit.shape.tokens import encoding
 from tests import sdk_shapes
 
 MODEL = "claude-sonnet-4-5"
@@ -696,7 +696,7 @@ def test_stable_first_moves_a_volatile_system_block_after_the_stable_ones() -> N
 
 
 def test_stable_first_leaves_marked_or_unmovable_systems_alone() -> None:
-    from cachekit.planner import stable_first
+    from cachekit.shape.planner import stable_first
 
     marked = {
         "system": [
@@ -761,7 +761,7 @@ def test_images_neither_slow_the_estimate_nor_skew_the_calibration() -> None:
 
 
 def test_calibration_averages_its_first_reports_and_clamps_odd_ones() -> None:
-    from cachekit.tokens import TokenEstimator
+    from cachekit.shape.tokens import TokenEstimator
 
     estimator = TokenEstimator(counter=encoding("o200k_base"))
     estimator.observe("m", 1000, 50_000)  # an odd report (an image counted as text): clamped to 2.5

@@ -18,7 +18,7 @@ import pytest
 from cachekit.cli import main
 from cachekit.cost.prices import default_prices
 from cachekit.replay import POLICIES, Conversation, TraceError, apply_policy, read_traces, replay
-from cachekit.tokens import encoding
+from cachekit.shape.tokens import encoding
 
 TRACES = Path(__file__).resolve().parent / "fixtures" / "traces-sample.jsonl"  # see fixtures/README.md
 MODEL = "claude-sonnet-4-5"

@@ -26,8 +26,8 @@ import tiktoken
 import cachekit
 from cachekit.cost import Ledger, MemorySink
 from cachekit.local import LocalBackend, LocalServer, LocalTransport
+from cachekit.shape.tokens import encoding
 from cachekit.testing import FakeUpstream
-from cachekit.tokens import encoding
 from tests.conftest import SDK
 
 MODEL = "claude-sonnet-4-5"

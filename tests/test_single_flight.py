@@ -22,7 +22,7 @@ import openai
 import pytest
 
 import cachekit
-from cachekit.flights import SLOW_WAIT, STALL_AFTER, Flight, Flights, WaitResult, retry_of
+from cachekit.exact.flights import SLOW_WAIT, STALL_AFTER, Flight, Flights, WaitResult, retry_of
 from cachekit.local import ManualClock
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream, Hold

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cachekit import sse
 from cachekit._types import Dialect
+from cachekit.exact import sse
 from cachekit.testing import FakeUpstream
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sse"

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 import cachekit
-from cachekit import sse
+from cachekit.exact import sse
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.conftest import SDK, Harness

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cachekit
-from cachekit.keys import partition_for, partition_names_tenant
+from cachekit.exact.keys import partition_for, partition_names_tenant
 from cachekit.ops import purge
 from tests.conftest import Harness
 from tests.requests import anthropic_messages, openai_chat

@@ -21,13 +21,13 @@ import httpx2
 import pytest
 
 import cachekit
-from cachekit import canonical
-from cachekit import pipeline as pipeline_module
-from cachekit.lint import PrefixLinter
-from cachekit.planner import PlanMemory, Planner
+from cachekit.pipeline import view as pipeline_module
+from cachekit.shape import canonical
+from cachekit.shape.lint import PrefixLinter
+from cachekit.shape.planner import PlanMemory, Planner
+from cachekit.shape.tokens import TokenEstimator
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
-from cachekit.tokens import TokenEstimator
 
 THREADS = 8
 CALLS = 150  # per thread

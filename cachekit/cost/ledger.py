@@ -36,7 +36,7 @@ from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import orjson
 
-from cachekit.config import cachekit_home
+from cachekit._home import cachekit_home
 from cachekit.cost.prices import PriceTable, default_prices
 from cachekit.cost.usage import TOKEN_FIELDS, UsageRecord, price_context_of_body, usage_of_body
 

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cachekit._types import Section, Ttl
-from cachekit.blocks import lookback_positions
 from cachekit.local.clock import DEFAULT_CLOCK, Clock
 from cachekit.providers.cache_rules import CacheRules, cache_rules, default_cache_rules
+from cachekit.shape.blocks import lookback_positions
 
 __all__ = [
     "AnthropicCache",

@@ -21,13 +21,13 @@ from typing import Any
 import orjson
 
 from cachekit._types import Section, Ttl
-from cachekit.blocks import block_text as _block_text
-from cachekit.blocks import cache_context, nested_markers, without_markers
-from cachekit.blocks import text_of as _text_of
 from cachekit.local.accounting import Segment
 from cachekit.local.engine import Prompt, Tokenizer, ToolCall, ToolChoice, ToolSpec, Turn
 from cachekit.local.wire import Endpoint
 from cachekit.providers.cache_rules import MARKER_FIELDS
+from cachekit.shape.blocks import block_text as _block_text
+from cachekit.shape.blocks import cache_context, nested_markers, without_markers
+from cachekit.shape.blocks import text_of as _text_of
 
 __all__ = ["BadRequest", "Parsed", "parse"]
 

@@ -147,7 +147,7 @@ class ScriptedEngine:
 
 
 def _default_tokenizer() -> Tokenizer:
-    from cachekit.tokens import encoding
+    from cachekit.shape.tokens import encoding
 
     return encoding("o200k_base")
 

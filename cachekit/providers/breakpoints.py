@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from cachekit._types import Ttl
-from cachekit.blocks import Block
 from cachekit.providers.cache_rules import CacheRules
+from cachekit.shape.blocks import Block
 
 __all__ = [
     "TailOdds",

@@ -29,12 +29,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cachekit import canonical
 from cachekit._types import Dialect
 from cachekit.errors import ConfigError
 from cachekit.semantic.base import Candidate, Embedder, SemanticError, Vector, VectorIndex
 from cachekit.semantic.binding import EntryBinding
 from cachekit.semantic.partition import SemanticRequest, split_request
+from cachekit.shape import canonical
 
 if TYPE_CHECKING:
     from cachekit.semantic.matcher import Matcher

@@ -29,8 +29,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cachekit import canonical
 from cachekit._types import Dialect
+from cachekit.shape import canonical
 
 __all__ = ["SemanticRequest", "asks_for_variety", "split_request"]
 

@@ -25,8 +25,11 @@ Nothing here logs or keeps prompt text.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -35,10 +38,13 @@ from cachekit._types import Dialect, Section
 
 __all__ = [
     "Block",
+    "BlockMemo",
+    "ChainMemo",
     "Section",
     "block_text",
     "cache_context",
     "chain_hashes",
+    "content_digest",
     "lookback_positions",
     "nested_markers",
     "prompt_blocks",
@@ -118,6 +124,8 @@ class Block:
             leaves out (0 for everything else).
         name: a tool definition's name (Anthropic and Responses ``name``, Chat ``function.name``);
             ``""`` for other blocks.
+        digest: an 8-byte digest of ``content`` (:func:`content_digest`), computed once with the block,
+            so that comparing prompts across calls (prefix lint) hashes no content again.
     """
 
     section: Section
@@ -133,6 +141,14 @@ class Block:
     nested: tuple[tuple[str, Any], ...] = ()
     media_tokens: int = 0
     name: str = ""
+    digest: bytes = b""
+
+
+def content_digest(content: bytes) -> bytes:
+    """An 8-byte BLAKE2b digest of ``content``, length-prefixed (as prefix lint digests its parts)."""
+    hasher = hashlib.blake2b(digest_size=8)
+    hasher.update(len(content).to_bytes(8, "big") + content)
+    return hasher.digest()
 
 
 def _canonical(value: Any) -> bytes:
@@ -259,9 +275,73 @@ def _media(block: dict[str, Any]) -> tuple[str, int] | None:
     return str(source.get("media_type") or kind), tokens
 
 
+class BlockMemo:
+    """The blocks of message parts seen before, so a growing conversation builds only its new ones.
+
+    Keyed by the caller's ``scope`` (a pipeline passes the request's partition, so tenants never
+    share entries), the dialect, the part's position and section, and the part's own JSON bytes: a
+    part is reused only when it is byte for byte the one its blocks were built from, at the same
+    place. Bounded by entries and by the bytes of the parts it keys; least recently used first;
+    thread-safe. It holds prompt text in memory (the blocks' ``text``), never on disk or in logs.
+    """
+
+    def __init__(self, *, max_entries: int = 8192, max_bytes: int = 32 << 20) -> None:
+        self._entries: OrderedDict[tuple[bytes, str, bytes], tuple[Block, ...]] = OrderedDict()
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple[bytes, str, bytes]) -> tuple[Block, ...] | None:
+        """The blocks remembered under ``key``, if any (refreshing its place in the LRU order)."""
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[bytes, str, bytes], blocks: tuple[Block, ...]) -> None:
+        """Remember ``blocks`` under ``key``, evicting the least recently used beyond the bounds."""
+        size = len(key[2])
+        if size > self._max_bytes // 4:
+            return  # one huge part would push out everything else
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = blocks
+            self._bytes += size
+            while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
+                old, _ = self._entries.popitem(last=False)
+                self._bytes -= len(old[2])
+
+
 class _Walk:
-    def __init__(self) -> None:
+    def __init__(self, memo: BlockMemo | None = None, scope: bytes = b"") -> None:
         self.blocks: list[Block] = []
+        self._memo = memo
+        self._scope = scope
+
+    def part(self, tag: str, value: Any, build: Callable[[], None]) -> None:
+        """Add the blocks of one part (``tag`` says where it is), reused from the memo when seen."""
+        memo = self._memo
+        if memo is None:
+            build()
+            return
+        try:
+            key = (self._scope, tag, orjson.dumps(value))
+        except TypeError:  # not serializable: built (and refused) as without a memo
+            build()
+            return
+        found = memo.get(key)
+        if found is not None:
+            self.blocks.extend(found)
+            return
+        start = len(self.blocks)
+        build()
+        memo.put(key, tuple(self.blocks[start:]))
 
     def add(  # noqa: PLR0917 - one call site per block kind, each naming every part
         self,
@@ -296,6 +376,7 @@ class _Walk:
                 nested,
                 media_tokens,
                 name,
+                content_digest(content),
             )
         )
 
@@ -359,16 +440,21 @@ class _Walk:
 
 
 def _anthropic(body: dict[str, Any], walk: _Walk) -> None:
-    walk.tools(body.get("tools"), markable=True)
+    tools, system = body.get("tools"), body.get("system")
+    walk.part("a/tools", tools, lambda: walk.tools(tools, markable=True))
     # A system prompt is content without a role: a string is one text block, a list one block each.
-    walk.content("system", body.get("system"), "system", "", None, markable=True)
+    walk.part("a/system", system, lambda: walk.content("system", system, "system", "", None, markable=True))
     messages = body.get("messages")
     if not isinstance(messages, list):
         return
     for m, message in enumerate(messages):
         if isinstance(message, dict):
-            role = str(message.get("role") or "")
-            walk.content("messages", message.get("content"), f"messages.{m}.content", role, m, markable=True)
+            walk.part(f"a/{m}", message, partial(_anthropic_message, message, m, walk))
+
+
+def _anthropic_message(message: dict[str, Any], m: int, walk: _Walk) -> None:
+    role = str(message.get("role") or "")
+    walk.content("messages", message.get("content"), f"messages.{m}.content", role, m, markable=True)
 
 
 def _chat_message(message: dict[str, Any], m: int, section: Section, walk: _Walk, prefix: str) -> None:
@@ -390,7 +476,8 @@ def _chat_message(message: dict[str, Any], m: int, section: Section, walk: _Walk
 
 
 def _chat(body: dict[str, Any], walk: _Walk) -> None:
-    walk.tools(body.get("tools"), markable=False)
+    tools = body.get("tools")
+    walk.part("c/tools", tools, lambda: walk.tools(tools, markable=False))
     messages = body.get("messages")
     if not isinstance(messages, list):
         return
@@ -399,11 +486,17 @@ def _chat(body: dict[str, Any], walk: _Walk) -> None:
         if not isinstance(message, dict):
             continue
         leading = leading and message.get("role") in _SYSTEM_ROLES
-        _chat_message(message, m, "system" if leading else "messages", walk, "messages")
+        section: Section = "system" if leading else "messages"
+        walk.part(
+            f"c/{section}/{m}",
+            message,
+            partial(_chat_message, message, m, section, walk, "messages"),
+        )
 
 
 def _responses(body: dict[str, Any], walk: _Walk) -> None:
-    walk.tools(body.get("tools"), markable=False)
+    tools = body.get("tools")
+    walk.part("r/tools", tools, lambda: walk.tools(tools, markable=False))
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
         walk.add(
@@ -429,28 +522,35 @@ def _responses(body: dict[str, Any], walk: _Walk) -> None:
     if not isinstance(items, list):
         return
     for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            continue
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = str(item.get("role") or "")
-            walk.content("messages", item.get("content"), f"input.{i}.content", role, i, markable=False)
-            continue
-        if kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else _canonical(output).decode()
-        else:
-            text = _canonical(item).decode()
-        walk.add("messages", f"input.{i}", str(kind), text, item, eligible=False, message=i)
+        if isinstance(item, dict):
+            walk.part(f"r/{i}", item, partial(_responses_item, item, i, walk))
 
 
-def prompt_blocks(dialect: Dialect | str, body: dict[str, Any]) -> tuple[Block, ...]:
+def _responses_item(item: dict[str, Any], i: int, walk: _Walk) -> None:
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = str(item.get("role") or "")
+        walk.content("messages", item.get("content"), f"input.{i}.content", role, i, markable=False)
+        return
+    if kind == "function_call_output":
+        output = item.get("output")
+        text = output if isinstance(output, str) else _canonical(output).decode()
+    else:
+        text = _canonical(item).decode()
+    walk.add("messages", f"input.{i}", str(kind), text, item, eligible=False, message=i)
+
+
+def prompt_blocks(
+    dialect: Dialect | str, body: dict[str, Any], *, memo: BlockMemo | None = None, scope: bytes = b""
+) -> tuple[Block, ...]:
     """The blocks of ``body`` (a request of ``dialect``) in prefix order; malformed parts are skipped.
 
+    With ``memo``, the blocks of tools, system and each message seen before (byte for byte, at the
+    same place, under the same ``scope``) are reused instead of built again: the same blocks either way.
     Raises :class:`TypeError` when a block cannot be serialized as JSON (only possible for bodies not
     read from JSON).
     """
-    walk = _Walk()
+    walk = _Walk(memo, scope)
     if dialect in ("anthropic_messages", "anthropic_count_tokens", "anthropic"):
         _anthropic(body, walk)
     elif dialect in ("openai_chat", "chat"):
@@ -482,20 +582,90 @@ def cache_context(body: dict[str, Any]) -> bytes:
     return _canonical({"thinking": body.get("thinking"), "tool_choice": body.get("tool_choice")})
 
 
-def chain_hashes(blocks: Sequence[Block], root: bytes, context: bytes = b"") -> list[bytes]:
+def chain_hashes(
+    blocks: Sequence[Block], root: bytes, context: bytes = b"", *, memo: ChainMemo | None = None
+) -> list[bytes]:
     """The prefix hash after each block: block ``i``'s hash covers ``root`` and blocks ``0..i``.
 
     ``context`` (settings that invalidate the cached messages but not tools or system, such as
     ``tool_choice`` and thinking) enters just before the first messages block, as at the providers.
-    Parts are length-prefixed, so no two block lists collide by concatenation.
+    Parts are length-prefixed, so no two block lists collide by concatenation. With ``memo``, the
+    hashing resumes after the longest prefix of blocks the same chain hashed last time (a growing
+    conversation hashes only its new blocks): the same hashes either way.
     """
-    hasher = hashlib.blake2b(root, digest_size=16)
-    hashes: list[bytes] = []
-    context_in = False
-    for block in blocks:
+    first = next((b.content for b in blocks if b.section == "messages"), b"")
+    key = (root, context, hashlib.blake2b(first, digest_size=16).digest())
+    known = memo.get(key) if memo is not None else None
+    start = 0
+    if known is not None:
+        start = _common_prefix(known.contents, blocks)
+    if start:
+        assert known is not None  # a common prefix only comes from a known chain
+        hasher = known.states[start - 1].copy()
+        hashes, states = known.hashes[:start], known.states[:start]
+        context_in = any(b.section == "messages" for b in blocks[:start])
+    else:
+        hasher = hashlib.blake2b(root, digest_size=16)
+        hashes, states, context_in = [], [], False
+    for block in blocks[start:]:
         if block.section == "messages" and not context_in:
             hasher.update(b"\x01" + len(context).to_bytes(8, "big") + context)
             context_in = True
         hasher.update(b"\x00" + len(block.content).to_bytes(8, "big") + block.content)
-        hashes.append(hasher.copy().digest())
-    return hashes
+        state = hasher.copy()
+        hashes.append(state.digest())
+        states.append(state)
+    if memo is not None:
+        memo.put(key, _Chain(tuple(b.content for b in blocks), hashes, states))
+    return list(hashes)
+
+
+def _common_prefix(contents: Sequence[bytes], blocks: Sequence[Block]) -> int:
+    """How many leading ``blocks`` have exactly ``contents`` (blocks the memo reused are the same
+    objects, so most comparisons stop at identity)."""
+    count = 0
+    for content, block in zip(contents, blocks, strict=False):
+        if content is not block.content and content != block.content:
+            break
+        count += 1
+    return count
+
+
+@dataclass(frozen=True, slots=True)
+class _Chain:
+    contents: tuple[bytes, ...]
+    hashes: list[bytes]
+    states: list[Any]  # the hasher after each block (hashlib's blake2b objects, never mutated)
+
+
+class ChainMemo:
+    """The prefix-hash chains of recent prompts, by root, context and first message block.
+
+    A root names the provider, model and partition (the planner's), so tenants never share entries.
+    Bounded (least recently used first) and thread-safe; holds block contents and hasher states in
+    memory, never on disk or in logs.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._chains: OrderedDict[tuple[bytes, bytes, bytes], _Chain] = OrderedDict()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._chains)
+
+    def get(self, key: tuple[bytes, bytes, bytes]) -> _Chain | None:
+        """The chain last hashed under ``key``, if any."""
+        with self._lock:
+            chain = self._chains.get(key)
+            if chain is not None:
+                self._chains.move_to_end(key)
+            return chain
+
+    def put(self, key: tuple[bytes, bytes, bytes], chain: _Chain) -> None:
+        """Remember ``chain`` under ``key``, evicting the least recently used beyond capacity."""
+        with self._lock:
+            self._chains[key] = chain
+            self._chains.move_to_end(key)
+            while len(self._chains) > self._capacity:
+                self._chains.popitem(last=False)

@@ -1,7 +1,7 @@
 """Where two requests' prompts stop sharing a prefix: the first divergence, as the caches see it.
 
 A provider's prompt cache serves request B from request A's cached prefix up to the first block where
-they differ, in prefix order (tools → system → messages, as :func:`cachekit.blocks.prompt_blocks`
+they differ, in prefix order (tools → system → messages, as :func:`cachekit.shape.blocks.prompt_blocks`
 lists them). :func:`diff_requests` finds that block and reports it as a block index, a token index
 (``o200k_base`` tokens of the block texts, in prefix order) and a character offset, with the text of
 both sides around it and the reason in the providers' diagnostic vocabulary: ``model_changed``,
@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from cachekit.blocks import Block, prompt_blocks
+from cachekit.shape.blocks import Block, prompt_blocks
 
 __all__ = ["Divergence", "diff_requests", "guess_dialect", "load_request"]
 
@@ -26,7 +26,7 @@ _BEFORE = 40  # characters of context shown before the divergence
 _AFTER = 80  # and after it
 # Settings that invalidate the cached messages but not tools or system (Anthropic's prompt-caching
 # docs: "changes to tool_choice ... or thinking parameters"): they enter the prefix just before the
-# first messages block, as in cachekit.blocks.chain_hashes.
+# first messages block, as in cachekit.shape.blocks.chain_hashes.
 _CONTEXT_FIELDS = ("tool_choice", "thinking")
 _SECTION_ORDER = {"tools": 0, "system": 1, "messages": 2}
 _REASONS = {"tools": "tools_changed", "system": "system_changed", "messages": "messages_changed"}
@@ -133,7 +133,7 @@ class _Tokens:
     """``o200k_base`` token ids per block text, encoded once."""
 
     def __init__(self) -> None:
-        from cachekit.tokens import encoding
+        from cachekit.shape.tokens import encoding
 
         self._encoding = encoding("o200k_base")
         self._seen: dict[str, list[int]] = {}

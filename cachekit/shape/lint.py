@@ -32,10 +32,10 @@ from typing import Any
 
 import orjson
 
-from cachekit.blocks import Block, prompt_blocks
 from cachekit.errors import CachekitError, ConfigError
+from cachekit.shape.blocks import Block, content_digest, prompt_blocks
 
-__all__ = ["Finding", "PrefixLintError", "PrefixLinter", "lint_request"]
+__all__ = ["Finding", "PrefixLintError", "PrefixLinter", "lint_blocks", "lint_request"]
 
 logger = logging.getLogger("cachekit.lint")
 
@@ -190,7 +190,7 @@ class Finding:
             ``system_changed``, ``messages_changed`` (a change since the conversation's previous call).
         message: one human line; it names positions, never prompt text.
         where: the block's path (``system.0``, ``tools.3``, ``messages.4.content.1``, as
-            :attr:`cachekit.blocks.Block.where`), or a top-level field (``tool_choice``, ``model``).
+            :attr:`cachekit.shape.blocks.Block.where`), or a top-level field (``tool_choice``, ``model``).
         block: the block's index in prefix order, ``None`` for a top-level field.
         offset: the character offset of ``match`` in the block's text (for a tool, its canonical JSON),
             ``None`` when the finding is about a whole block or field.
@@ -242,6 +242,12 @@ def _digest(*parts: bytes) -> bytes:
     for part in parts:
         hasher.update(len(part).to_bytes(8, "big") + part)
     return hasher.digest()
+
+
+def _block_digest(block: Block) -> bytes:
+    """``_digest(block.content)``: computed with the block by :func:`~cachekit.shape.blocks.prompt_blocks`
+    (reused across calls for a conversation's unchanged prefix), else here."""
+    return block.digest or content_digest(block.content)
 
 
 def _blank_escape(match: re.Match[str]) -> str:
@@ -392,6 +398,12 @@ def lint_request(dialect: str, body: dict[str, Any], *, patterns: Iterable[Patte
     blocks = _blocks_or_none(dialect, body)
     if blocks is None:
         return []
+    return lint_blocks(blocks, patterns=patterns)
+
+
+def lint_blocks(blocks: Sequence[Block], *, patterns: Iterable[Pattern] = ()) -> list[Finding]:
+    """:func:`lint_request`'s findings, for a request whose :func:`~cachekit.shape.blocks.prompt_blocks` the
+    caller has already (the pipeline builds them once per request)."""
     return _scanner_for(tuple(patterns)).findings(blocks)
 
 
@@ -480,7 +492,7 @@ class _Call:
 
     def snapshot(self) -> _Snapshot:
         def contents(blocks: list[tuple[int, Block]]) -> tuple[bytes, ...]:
-            return tuple(_digest(block.content) for _, block in blocks)
+            return tuple(_block_digest(block) for _, block in blocks)
 
         names = (_digest(name.encode("utf-8", "surrogatepass")) for name in self.tool_names)
         return _Snapshot(
@@ -491,7 +503,7 @@ class _Call:
             # One bytes object of 8-byte digests (not one object per block: long conversations are
             # kept by the thousand). A trailing assistant prefill is left out: the next call replaces
             # it with the whole answer, which is not a rewrite of history.
-            messages=b"".join(_digest(block.content) for _, block in self.messages[: self._kept()]),
+            messages=b"".join(_block_digest(block) for _, block in self.messages[: self._kept()]),
         )
 
     def _kept(self) -> int:
@@ -616,7 +628,7 @@ def _conversation_key(partition: bytes, dialect: str, call: _Call, explicit: byt
     # The system prompt is part of the identity: two assistants (personas) whose users both open
     # with "Hi" are two conversations. A changed system prompt is found by the static scan (what
     # makes it change) or, across calls, with an explicit ``conversation``.
-    system = b"".join(_digest(block.content) for _, block in call.system)
+    system = b"".join(_block_digest(block) for _, block in call.system)
     return _digest(b"derived", partition, dialect.encode(), system, first)
 
 
@@ -675,7 +687,7 @@ class PrefixLinter:
         """Lint one request (about to be sent) and remember it as its conversation's latest call.
 
         ``partition`` keeps tenants apart; ``conversation`` replaces the derived conversation id;
-        ``blocks`` are the body's :func:`~cachekit.blocks.prompt_blocks` when the caller has them.
+        ``blocks`` are the body's :func:`~cachekit.shape.blocks.prompt_blocks` when the caller has them.
         Returns the findings (an empty list for a stable conversation); raises
         :class:`PrefixLintError` instead when ``raise_on`` is set and there are any.
         """

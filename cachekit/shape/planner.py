@@ -30,7 +30,7 @@ request will read:
 earlier requests (:class:`Recall`) go in, the planned body and the placements come out.
 :class:`Planner` keeps that memory (:class:`PlanMemory`: which prefixes were written and when, by
 prefix hash, per partition and model), counts tokens with a calibrated
-:class:`~cachekit.tokens.TokenEstimator` and, for OpenAI, sets ``prompt_cache_key`` from the hash
+:class:`~cachekit.shape.tokens.TokenEstimator` and, for OpenAI, sets ``prompt_cache_key`` from the hash
 of the stable prefix when the caller set none (never for OpenAI-compatible third parties, which do
 not take it).
 """
@@ -50,7 +50,6 @@ from typing import Any, Literal
 import orjson
 
 from cachekit._types import Ttl
-from cachekit.blocks import Block, cache_context, chain_hashes, lookback_positions, prompt_blocks
 from cachekit.providers.breakpoints import (
     TailOdds,
     implicit_mode,
@@ -60,7 +59,15 @@ from cachekit.providers.breakpoints import (
     rebind,
 )
 from cachekit.providers.cache_rules import MARKER_FIELDS, CacheRules, UnknownProviderError, cache_rules
-from cachekit.tokens import TokenEstimator
+from cachekit.shape.blocks import (
+    Block,
+    ChainMemo,
+    cache_context,
+    chain_hashes,
+    lookback_positions,
+    prompt_blocks,
+)
+from cachekit.shape.tokens import TokenEstimator
 
 __all__ = [
     "Applied",
@@ -376,7 +383,7 @@ def plan_breakpoints(
 ) -> Plan:
     """Place ``cache_control`` markers on ``body`` (see the module docstring). Pure.
 
-    ``blocks`` are ``body``'s blocks (:func:`cachekit.blocks.prompt_blocks`), ``tokens`` their token
+    ``blocks`` are ``body``'s blocks (:func:`cachekit.shape.blocks.prompt_blocks`), ``tokens`` their token
     counts as the provider would count them, ``rules`` the model's caching rules (explicit mode).
     ``volatile`` are system blocks known to change between calls: the system marker goes on the last
     eligible system block before the first of them. ``implicit`` is the block the provider's own
@@ -544,12 +551,15 @@ def stable_first(dialect: str, body: dict[str, Any], volatile: Collection[str]) 
     return {**body, key: stable + changing + list(items[len(moved) :])}
 
 
-def prompt_cache_key(dialect: str, body: dict[str, Any]) -> str:
+def prompt_cache_key(dialect: str, body: dict[str, Any], blocks: Sequence[Block] | None = None) -> str:
     """A ``prompt_cache_key`` from the hash of the stable prefix: the model, tools and system section.
 
     Requests that share those share the key, so OpenAI routes them to the same cache machines.
+    ``blocks`` are ``body``'s blocks when the caller has them already.
     """
-    stable = [b.content for b in prompt_blocks(dialect, body) if b.section != "messages"]
+    if blocks is None:
+        blocks = prompt_blocks(dialect, body)
+    stable = [b.content for b in blocks if b.section != "messages"]
     hasher = hashlib.blake2b(digest_size=16)
     hasher.update(str(body.get("model", "")).encode())
     for content in stable:
@@ -699,6 +709,8 @@ class Planner:
     multipliers: Callable[[str, str], tuple[float, float]] | None = None
     """(write, read) price multipliers of a provider's model (default: from the price table, else
     1.25 and 0.1, the write premium and read discount the providers document)."""
+    #: Recent prefix-hash chains: a growing conversation hashes only its new blocks.
+    chains: ChainMemo = field(default_factory=ChainMemo)
 
     def rules(self, provider: str, model: str) -> CacheRules | None:
         """The caching rules of ``provider``'s ``model`` (those of the provider it follows, for Azure
@@ -748,7 +760,7 @@ class Planner:
             openai_api = dialect.startswith("openai")
             if provider != "openai" or not openai_api or body.get("prompt_cache_key") is not None:
                 return Applied(body, estimate=estimate, model=model)
-            key = prompt_cache_key(dialect, body)
+            key = prompt_cache_key(dialect, body, blocks)
             return Applied({**body, "prompt_cache_key": key}, None, key, estimate, model, True)
         # Qwen4's explicit cache (automatic caching, 5m/1h) is planned like Anthropic's.
         caller_uses_it = any(b.marker is not None or b.nested for b in blocks)
@@ -761,7 +773,7 @@ class Planner:
         root = b"\x00".join(
             (b"cachekit-plan/v1", provider.encode(), model.strip().lower().encode(), partition)
         )
-        hashes = chain_hashes(blocks, root, context)
+        hashes = chain_hashes(blocks, root, context, memo=self.chains)
         stable = [i for i in (_section_end(blocks, "tools"), _section_end(blocks, "system")) if i is not None]
         # A gap is long past the provider's short lifetime (5 minutes; OpenAI's 30 minutes).
         recall = self.memory.recall(hashes, stable, now, (rules.lifetime("5m"), rules.lifetime("1h")))

@@ -1,0 +1,103 @@
+"""Stage 4, exact lookup: the stored answer under the request's key, in the form the request wants
+(a stream or one document), with the prompt fields the provider echoed put back.
+
+Reads the keyed call and (on a hit that needs its echoed prompt back) the view's body; writes
+nothing on the view; yields :class:`~cachekit.pipeline.effects.Load`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import orjson
+
+from cachekit._types import Dialect
+from cachekit.errors import CorruptEntryError
+from cachekit.exact import echo, sse
+from cachekit.pipeline.effects import Load, Step
+from cachekit.pipeline.runtime import Runtime
+from cachekit.pipeline.view import JSON_TYPE, SSE_TYPE, Form, RequestView
+from cachekit.stores import record
+
+__all__ = ["Found", "in_form", "lookup", "reechoed", "unechoed"]
+
+logger = logging.getLogger("cachekit.pipeline")
+
+#: A lookup's result: the answer to serve (or ``None``); whether the store failed; the stored form
+#: to read the usage from.
+Found = tuple[record.CachedResponse | None, bool, record.CachedResponse | None]
+
+
+def in_form(cached: record.CachedResponse, dialect: Dialect, form: Form) -> record.CachedResponse:
+    """``cached`` converted to the form the request wants (stream ↔ document), or as stored.
+
+    Raises :class:`sse.StreamError` when a stored stream cannot be assembled (treated as corrupt).
+    """
+    if cached.form == "json" and not form.streaming:
+        return cached
+    if cached.form == "sse" and not form.streaming:
+        body, content_type = orjson.dumps(sse.assemble(dialect, cached.body)), JSON_TYPE
+    elif cached.form == "json":
+        body, content_type = sse.synthesize(dialect, cached.body, include_usage=form.include_usage), SSE_TYPE
+    else:
+        body, content_type = sse.restream(dialect, cached.body, include_usage=form.include_usage), SSE_TYPE
+    headers = tuple((k, v) for k, v in cached.headers if k.lower() != "content-type")
+    return replace(
+        cached,
+        headers=(*headers, ("content-type", content_type)),
+        body=body,
+        form="sse" if form.streaming else "json",
+    )
+
+
+def lookup(rt: Runtime, key: str, dialect: Dialect, form: Form) -> Step[Found]:
+    """The stored answer under ``key`` in the form this request wants (or ``None``); whether the
+    store failed (then the request goes upstream without coalescing: no second lookup); and the
+    form of the answer to read its usage from (a JSON document when either form is one, so a
+    streamed hit is not re-assembled just for the ledger)."""
+    if not rt.breaker.allow():
+        rt.unavailable("lookup", None)
+        return None, True, None
+    try:
+        raw = yield Load(key)
+    except Exception as exc:
+        rt.unavailable("lookup", exc)
+        return None, True, None
+    rt.breaker.success()
+    if raw is None:
+        return None, False, None
+    try:
+        stored = record.decode(raw)
+        served = in_form(stored, dialect, form)
+    except (CorruptEntryError, sse.StreamError) as exc:
+        # Treated as a miss; the fresh answer overwrites it under the same key.
+        rt.stats.add("corrupt_entries")
+        logger.warning("corrupt cache entry %s is ignored and will be overwritten: %s", key[-16:], exc)
+        return None, False, None
+    return served, False, served if served.form == "json" else stored
+
+
+def unechoed(rt: Runtime, dialect: Dialect, form: record.BodyForm, body: bytes) -> bytes:
+    """``body`` without the prompt fields the provider echoed, when prompts must not be stored."""
+    if rt.config.store_prompts or not echo.ECHOED_FIELDS[dialect]:
+        return body
+    return echo.strip_echo(dialect, form, body)
+
+
+def reechoed(rt: Runtime, served: record.CachedResponse, view: RequestView) -> record.CachedResponse | None:
+    """A hit with the echoed prompt fields put back from the request (see :mod:`cachekit.exact.echo`),
+    or ``None`` when they cannot be (then the request is answered upstream)."""
+    dialect = view.route.dialect
+    if rt.config.store_prompts or not echo.ECHOED_FIELDS[dialect]:
+        return served
+    # The canonical body when built, else the caller's: the same fields either way.
+    body = view.canonical if view.canonical is not None else view.parsed()
+    if body is None:
+        return served
+    try:
+        restored = echo.restore_echo(dialect, served.form, served.body, body)
+    except (TypeError, ValueError, RecursionError) as exc:  # e.g. nesting deeper than orjson writes
+        logger.warning("cannot restore the echoed prompt of a cached answer; going upstream: %s", exc)
+        return None
+    return replace(served, body=restored)

@@ -1,0 +1,108 @@
+"""What every stage of one pipeline shares: the configuration, the counters, the store's circuit
+breaker and the store-health reports (a failed store call is logged and counted, never raised)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cachekit.breaker import CircuitBreaker
+from cachekit.config import CacheConfig
+from cachekit.cost.ledger import Ledger
+from cachekit.errors import CacheUnavailableError, StoreError, StoreUnavailableError
+
+__all__ = ["PipelineStats", "Runtime"]
+
+logger = logging.getLogger("cachekit.pipeline")
+
+
+@dataclass(slots=True)
+class PipelineStats:
+    """Counters of what the response cache did (read them with :meth:`Pipeline.snapshot`)."""
+
+    hits: int = 0
+    misses: int = 0
+    bypasses: int = 0
+    passthroughs: int = 0
+    stores: int = 0
+    store_errors: int = 0
+    #: Store calls skipped without trying (the circuit breaker was open).
+    store_skips: int = 0
+    semantic_hits: int = 0
+    semantic_errors: int = 0
+    #: Semantic lookups skipped without trying (the semantic layer's breaker was open).
+    semantic_skips: int = 0
+    corrupt_entries: int = 0
+    #: Requests answered by an identical request's upstream call, after waiting for it (single-flight).
+    coalesced: int = 0
+    incomplete_streams: int = 0
+    #: 2xx JSON documents that were not a complete answer of their dialect (passed on, not stored).
+    incomplete_answers: int = 0
+    #: Requests that went upstream with markers (or a prompt_cache_key) cachekit added.
+    planned: int = 0
+    #: Requests whose volatile system blocks were moved after the stable ones (``stable_first``).
+    reordered: int = 0
+    #: Requests refused before they were sent because lint found volatile content (``lint="raise"``).
+    lint_refusals: int = 0
+    #: Requests whose breakpoints could not be planned (the caller's markers break the provider's rules).
+    plan_errors: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str) -> None:
+        """Increment one counter, thread-safely."""
+        with self._lock:
+            setattr(self, name, getattr(self, name) + 1)
+
+
+@dataclass(slots=True)
+class Runtime:
+    """The state the stages of one pipeline share (one per client; all its transports share it)."""
+
+    config: CacheConfig
+    clock: Callable[[], float]
+    #: Skips the store while it keeps failing (shared by every transport of this pipeline).
+    breaker: CircuitBreaker
+    #: Where usage and cost are recorded (``None``: not recorded).
+    ledger: Ledger | None = None
+    stats: PipelineStats = field(default_factory=PipelineStats)
+
+    def unavailable(self, what: str, exc: Exception | None) -> None:
+        """The store could not be asked (``exc``) or was skipped (breaker open) before going upstream.
+
+        With ``on_cache_error="raise"`` this raises, so the call fails before any money is spent.
+        """
+        if exc is None:
+            self.stats.add("store_skips")
+        else:
+            self.report(exc)
+            self.stats.add("store_errors")
+            logger.warning(
+                "cache %s failed, going on without the cache: %s: %s", what, type(exc).__name__, exc
+            )
+        if self.config.on_cache_error == "raise":
+            reason = "its circuit breaker is open" if exc is None else f"{type(exc).__name__}: {exc}"
+            raise CacheUnavailableError(f"cache {what} failed ({reason}); on_cache_error='raise'") from exc
+
+    def report(self, exc: Exception) -> None:
+        """Tell the breaker about a failed store call: only a backend that did not answer counts.
+
+        An error *reply* (Redis out of memory under ``noeviction``, a refused write) means the store is
+        up: its reads still work, so they must not be skipped.
+        """
+        if isinstance(exc, StoreError) and not isinstance(exc, StoreUnavailableError):
+            self.breaker.success()
+        else:
+            self.breaker.failure()
+
+    def saved(self, exc: Exception | None) -> None:
+        """The outcome of a store write. A failed write is logged and counted, never raised: the
+        caller already has (and has paid for) the fresh answer."""
+        if exc is None:
+            self.breaker.success()
+            self.stats.add("stores")
+            return
+        self.report(exc)
+        self.stats.add("store_errors")
+        logger.warning("cache store failed, the answer is not cached: %s: %s", type(exc).__name__, exc)
