@@ -621,7 +621,7 @@ def _add_semantic_eval(commands: Any) -> None:
     )
     evaluation.add_argument("pairs", metavar="PAIRS.jsonl", help='lines of {"a", "b", "same", "kind"}')
     evaluation.add_argument(
-        "--threshold", type=float, help="cosine threshold (default: the semantic cache's)"
+        "--threshold", type=float, help="cosine threshold (default: the semantic cache's, 0.8)"
     )
     evaluation.add_argument("--no-guards", action="store_true", help="the threshold alone decides")
     evaluation.add_argument(
@@ -636,23 +636,25 @@ def _add_semantic_eval(commands: Any) -> None:
     evaluation.add_argument("--json", action="store_true", help="print the counts as JSON")
     # issue 18: precision as a setting, index mode, curves and comparisons.
     evaluation.add_argument(
-        "--target-precision", type=float, help="pick the operating point for this precision"
+        "--target-precision",
+        type=float,
+        help="pick the operating point for this precision (default: the threshold and guards, no verifier)",
     )
     evaluation.add_argument(
-        "--max-false-hit-rate", type=float, help="... or for this false-hit rate, per kind"
+        "--max-false-hit-rate", type=float, help="... or for this false-hit rate, per kind (default: none)"
     )
     evaluation.add_argument("--no-verifier", action="store_true", help="the threshold and the guards decide")
     evaluation.add_argument(
         "--index-size",
         type=int,
         metavar="N",
-        help="store the first N pairs' a in one partition and ask each b (a hit must serve the query)",
+        help="store the first N pairs' a in one partition and ask each b; a hit must serve the query (default: pairwise, one pair per partition)",
     )
     evaluation.add_argument("--curve", action="store_true", help="precision/recall over operating points")
     evaluation.add_argument(
         "--compare",
         metavar="SPEC",
-        help='a second configuration side by side, e.g. "threshold=0.9 no-verifier"',
+        help='a second configuration side by side, e.g. "threshold=0.9 no-verifier" (default: none)',
     )
     evaluation.set_defaults(run=_semantic_eval)
 
