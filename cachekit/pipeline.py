@@ -52,7 +52,8 @@ from cachekit.cost.ledger import Ledger, Outcome
 from cachekit.cost.usage import usage_of_body
 from cachekit.errors import CacheUnavailableError, CorruptEntryError, StoreError, StoreUnavailableError
 from cachekit.flights import Flight, Flights, retry_of
-from cachekit.keys import EXACT_KIND, exact_key, key_prefix, partition_for
+from cachekit.gaps import GAP_KIND, STATS_TTL, Expect, breakpoints_setting
+from cachekit.keys import EXACT_KIND, exact_key, key_prefix, partition_for, store_key
 from cachekit.lint import PrefixLinter, PrefixLintError, lint_request
 from cachekit.planner import Applied, PlanError, Planner, stable_first
 from cachekit.providers import (
@@ -277,6 +278,8 @@ class _Control:
     #: The per-request tenant (header, else call site): it narrows the client's partition unless
     #: ``trust_tenant_header`` lets it select one (:func:`cachekit.keys.partition_for`).
     request_tenant: str | None = None
+    #: What the caller knows about its traffic (a fixed lifetime, an expected gap): config or header.
+    expect: Expect | None = None
 
 
 def _json_content(request: Request, headers: dict[str, str]) -> bytes | None:
@@ -403,12 +406,12 @@ def _read_control(headers: dict[str, str], config: CacheConfig, context: CallPol
     semantic, threshold = context.semantic, None
     if (raw_semantic := headers.get(CONTROL_PREFIX + "-semantic")) is not None:
         semantic, threshold = _semantic_header(raw_semantic)
-    breakpoints = config.breakpoints == "auto"
+    breakpoints, expect = breakpoints_setting(config.breakpoints)
     if (raw_breakpoints := headers.get(BREAKPOINTS_HEADER)) is not None:
-        word = raw_breakpoints.strip().lower()
-        if word not in ("auto", "off"):
-            raise _BadControl(f"x-cachekit-breakpoints must be auto or off, not {raw_breakpoints!r}")
-        breakpoints = word == "auto"
+        try:
+            breakpoints, expect = breakpoints_setting(raw_breakpoints)
+        except ValueError as exc:
+            raise _BadControl(f"x-cachekit-breakpoints {exc}") from None
     return _Control(
         mode,  # type: ignore[arg-type]
         ttl,  # type: ignore[arg-type]
@@ -420,6 +423,7 @@ def _read_control(headers: dict[str, str], config: CacheConfig, context: CallPol
         breakpoints,
         headers.get(CONTROL_PREFIX + "-conversation") or None,
         request_tenant=request_tenant,
+        expect=expect,
     )
 
 
@@ -1101,6 +1105,7 @@ class Pipeline:
         handed_off = False
         try:
             self.stats.add("misses")
+            yield from self._load_gaps(call, upstream)  # issue 19: the tenant's timing statistics
             try:
                 shaped = self._shape(request, route, call.control, call.partition, upstream)
             except PrefixLintError as exc:
@@ -1116,6 +1121,7 @@ class Pipeline:
                 return self._tag(response, "miss", key, breakpoints, semantic)
             if applied is not None:
                 self.planner.commit(applied)
+                yield from self._save_gaps(call, applied)  # issue 19
             if call.form.streaming and _is_event_stream(content_type):
                 # The caller reads the stream as it arrives; the recorder keeps a copy and the entry is
                 # stored only if the stream reaches its terminator with no error event.
@@ -1282,7 +1288,7 @@ class Pipeline:
         the caller named no ``price_as`` either and something is lost (planning or prices)."""
         answered = 200 <= response.status_code < 300
         silent = self._hosts.learn(route, response.headers.get(RULES_HEADER), answered=answered)
-        wanted = self.config.breakpoints == "auto" or self._ledger is not None
+        wanted = self.config.breakpoints != "off" or self._ledger is not None
         if silent and self.config.price_as is None and wanted:
             logger.warning(
                 "cachekit: %s is not a provider cachekit knows and announced no caching rules: its calls "
@@ -1413,6 +1419,7 @@ class Pipeline:
                 now=self._clock(),
                 volatile=volatile,
                 blocks=blocks,
+                expect=control.expect,
             )
             if not applied.changed:
                 return _Shaped(request, applied, applied.header())
@@ -1523,6 +1530,39 @@ class Pipeline:
             logger.warning("corrupt cache entry %s is ignored and will be overwritten: %s", key[-16:], exc)
             return None, False, None
         return served, False, served if served.form == "json" else stored
+
+    # -- gap memory (issue 19): the planner's timing statistics, kept in the store ------------------
+
+    def _gap_key(self, call: _Call, model: str) -> str:
+        return store_key(GAP_KIND, call.control.namespace, call.partition, self.planner.gaps.digest(model))
+
+    def _load_gaps(self, call: _Call, body: dict[str, Any] | None) -> Generator[Effect, Any, None]:
+        """Read the partition's timing statistics for the model from the store, once per process.
+        A failing store only means starting from nothing (never raised, whatever on_cache_error says)."""
+        model = body.get("model") if body is not None else None
+        if not isinstance(model, str) or not model or not call.control.breakpoints:
+            return
+        gaps, partition = self.planner.gaps, call.partition.encode()
+        if not gaps.wants_load(partition, model) or not self.breaker.allow():
+            return
+        try:
+            raw = yield Load(self._gap_key(call, model))
+        except Exception as exc:
+            self._report(exc)
+            logger.warning("cache gap statistics not read: %s: %s", type(exc).__name__, exc)
+            raw = None
+        gaps.loaded(partition, model, raw)
+
+    def _save_gaps(self, call: _Call, applied: Applied) -> Generator[Effect, Any, None]:
+        """Write the partition's timing statistics back (when they changed; at most every 30 s)."""
+        raw = self.planner.gaps.to_save(call.partition.encode(), applied.model, self._clock())
+        if raw is None or not self.breaker.allow():
+            return
+        try:
+            yield Save(self._gap_key(call, applied.model), raw, STATS_TTL)
+        except Exception as exc:
+            self._report(exc)
+            logger.warning("cache gap statistics not saved: %s: %s", type(exc).__name__, exc)
 
     def _unavailable(self, what: str, exc: Exception | None) -> None:
         """The store could not be asked (``exc``) or was skipped (breaker open) before going upstream.
