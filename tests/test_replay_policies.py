@@ -22,8 +22,8 @@ TRACES = Path(__file__).resolve().parent / "fixtures" / "traces-sample.jsonl"  #
 MODEL = "claude-sonnet-4-5"
 SYSTEM = " ".join(f"Clause {i}: refunds need a booking id and the traveller's name." for i in range(120))
 #: The policy names as ``--json`` prints them, in order: scripts compare runs by these names.
-NAMES = ["none", "system", "last", "auto", "system+last", "system+last-1h", "auto-1h", "cachekit", "oracle-ttl"]
 RULES = ("none", "system", "last", "auto", "system+last", "system+last-1h", "auto-1h")
+NAMES = [*RULES, "cachekit", "oracle-ttl"]
 
 
 def _conversations(limit: int | None = None) -> list[Conversation]:
