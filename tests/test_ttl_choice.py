@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import pytest
 import cachekit
 from cachekit.cache import Cache
 from cachekit.config import CacheConfig
-from cachekit.errors import ConfigError
+from cachekit.errors import ConfigError, StoreUnavailableError
 from cachekit.local import ByteTokenizer, LocalBackend, LocalTransport, ManualClock, ScriptedEngine
 from cachekit.stores.base import Store
 from cachekit.stores.memory import MemoryStore
@@ -284,3 +285,42 @@ def test_a_pause_after_a_five_minute_end_still_reads_the_hour_long_anchor(provid
     after_pause = _send(client, _messages("omega", 7))
     client.close()
     assert after_pause.read > 0  # the anchor's entry outlived the pause
+
+
+def test_the_store_holds_numbers_under_a_hashed_model_for_a_week(provider: Provider) -> None:
+    store = MemoryStore(clock=lambda: provider.clock())
+    client = _client(provider, store)
+    _conversations(client, provider, ["alpha"], turns=2, pause=SIX_MINUTES)
+    client.close()
+    (entry,) = [e for e in store.entries() if e.key.startswith("ckg1:")]
+    assert MODEL not in entry.key
+    assert entry.expires_at == provider.clock() + 7 * 24 * 3600  # saved by the last request
+    raw = store.get(entry.key)
+    assert raw is not None
+    saved = json.loads(raw)
+    assert set(saved) == {"v", "starts", "gaps", "stable"}
+    assert all(isinstance(x, (int, float)) for x in [saved["starts"], *saved["gaps"], *saved["stable"]])
+    assert b"Clause" not in raw
+    assert b"Question" not in raw
+
+
+class _Unreachable(MemoryStore):
+    """A store whose gap statistics cannot be read or written (the store is down for them)."""
+
+    def get(self, key: str) -> bytes | None:
+        if key.startswith("ckg1:"):
+            raise StoreUnavailableError("connection refused")
+        return super().get(key)
+
+    def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+        if key.startswith("ckg1:"):
+            raise StoreUnavailableError("connection refused")
+        super().set(key, value, ttl=ttl)
+
+
+def test_statistics_the_store_cannot_keep_never_fail_a_request(provider: Provider) -> None:
+    client = _client(provider, _Unreachable(), on_cache_error="raise")
+    sent = _conversations(client, provider, ["alpha", "beta"], turns=3, pause=SIX_MINUTES)
+    client.close()
+    assert len(sent) == 6
+    assert "=1h/conversation" in sent[-1].breakpoints  # learned in this process all the same
