@@ -288,7 +288,7 @@ def test_a_pause_after_a_five_minute_end_still_reads_the_hour_long_anchor(provid
 
 
 def test_the_store_holds_numbers_under_a_hashed_model_for_a_week(provider: Provider) -> None:
-    store = MemoryStore(clock=lambda: provider.clock())
+    store = MemoryStore(clock=provider.clock)
     client = _client(provider, store)
     _conversations(client, provider, ["alpha"], turns=2, pause=SIX_MINUTES)
     client.close()
