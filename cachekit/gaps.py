@@ -197,6 +197,10 @@ class GapStats:
         counts = self.stable if stable else self.gaps
         return counts[1] / (sum(counts) + 0.5)
 
+    def timed(self) -> bool:
+        """Whether any pause was observed (before that, there is nothing worth keeping)."""
+        return sum(self.gaps) + sum(self.stable) > 0
+
     def copy(self) -> GapStats:
         """An independent copy."""
         return GapStats(self.starts, list(self.gaps), list(self.stable))
@@ -268,8 +272,8 @@ class GapMemory:
 
     Thread-safe and bounded (least recently used slots go first). The pipeline asks
     :meth:`wants_load` before planning a request whose partition the store knows, hands the stored
-    bytes to :meth:`loaded`, and after the answer writes back what :meth:`to_save` gives (at most every
-    30 seconds per slot, and on its first change).
+    bytes to :meth:`loaded`, and after the answer writes back what :meth:`to_save` gives (once a pause
+    was observed: on the first change, then at most every 30 seconds per slot).
     """
 
     def __init__(self, capacity: int = 10_000) -> None:
@@ -326,7 +330,7 @@ class GapMemory:
         """The bytes to write back to the store now, or ``None`` (unchanged, or saved less than 30 s ago)."""
         with self._lock:
             slot = self._slot(partition, model)
-            if not slot.changed or now - slot.saved_at < _SAVE_EVERY:
+            if not slot.changed or now - slot.saved_at < _SAVE_EVERY or not slot.stats.timed():
                 return None
             slot.changed = False
             slot.saved_at = now

@@ -1537,10 +1537,15 @@ class Pipeline:
         return store_key(GAP_KIND, call.control.namespace, call.partition, self.planner.gaps.digest(model))
 
     def _load_gaps(self, call: _Call, body: dict[str, Any] | None) -> Generator[Effect, Any, None]:
-        """Read the partition's timing statistics for the model from the store, once per process.
-        A failing store only means starting from nothing (never raised, whatever on_cache_error says)."""
+        """Read the partition's timing statistics for the model from the store, once per process, for
+        a provider with cache lifetimes to choose. A failing store only means starting from nothing:
+        logged, never raised (whatever on_cache_error says), not counted against the store's breaker."""
         model = body.get("model") if body is not None else None
         if not isinstance(model, str) or not model or not call.control.breakpoints:
+            return
+        provider, _ = self._rules_provider(call.route)
+        rules = self.planner.rules(provider, model) if provider is not None else None
+        if rules is None or rules.mode != "explicit":
             return
         gaps, partition = self.planner.gaps, call.partition.encode()
         if not gaps.wants_load(partition, model) or not self.breaker.allow():
@@ -1548,7 +1553,6 @@ class Pipeline:
         try:
             raw = yield Load(self._gap_key(call, model))
         except Exception as exc:
-            self._report(exc)
             logger.warning("cache gap statistics not read: %s: %s", type(exc).__name__, exc)
             raw = None
         gaps.loaded(partition, model, raw)
@@ -1561,7 +1565,6 @@ class Pipeline:
         try:
             yield Save(self._gap_key(call, applied.model), raw, STATS_TTL)
         except Exception as exc:
-            self._report(exc)
             logger.warning("cache gap statistics not saved: %s: %s", type(exc).__name__, exc)
 
     def _unavailable(self, what: str, exc: Exception | None) -> None:
