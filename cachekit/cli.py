@@ -401,10 +401,11 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
 
 def _replay(args: argparse.Namespace, out: TextIO) -> int:
     from cachekit.errors import MissingExtraError
-    from cachekit.replay import POLICIES, Conversation, TraceError, read_traces, replay
+    from cachekit.replay import POLICIES, Conversation, Gaps, TraceError, read_traces, replay
 
     conversations: list[Conversation] = []
     try:
+        gaps = Gaps.parse(args.gaps) if args.gaps is not None else Gaps("fixed", args.gap_seconds)
         for item in read_traces(args.traces, limit=args.limit):
             if isinstance(item, TraceError):
                 sys.stderr.write(f"cachekit replay: skipped {item}\n")
@@ -416,7 +417,8 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
                 provider=args.provider,
                 model=args.model,
                 policies=args.policy or POLICIES,
-                gap_seconds=args.gap_seconds,
+                gaps=gaps,
+                seed=args.seed,
                 progress=progress,
                 **_replay_openai(args),
             )
@@ -432,14 +434,14 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     out.write(
         f"{len(conversations)} conversations, {results[0].requests if results else 0} requests, "
-        f"{args.provider} {args.model}, {args.gap_seconds:g} s between requests (input side only)\n\n"
+        f"{args.provider} {args.model}, gaps {gaps.label()} s, seed {args.seed} (input side only)\n\n"
     )
-    header = f"{'policy':<10}{'read':>11}{'written':>11}{'uncached':>11}{'cost $':>11}{'no cache $':>12}"
+    header = f"{'policy':<16}{'read':>11}{'written':>11}{'uncached':>11}{'cost $':>11}{'no cache $':>12}"
     out.write(header + f"{'bound $':>10}{'efficiency':>12}\n")
     for result in results:
         efficiency = result.savings_efficiency
         out.write(
-            f"{result.policy:<10}{result.cache_read_tokens:>11,}{result.cache_write_tokens:>11,}"
+            f"{result.policy:<16}{result.cache_read_tokens:>11,}{result.cache_write_tokens:>11,}"
             f"{result.uncached_tokens:>11,}{result.cost_usd:>11.4f}{result.cost_no_cache_usd:>12.4f}"
             f"{result.cost_lower_bound_usd:>10.4f}"
             f"{'-' if efficiency is None else f'{efficiency:.3f}':>12}\n"
@@ -499,7 +501,9 @@ def _add_replay(commands: Any) -> None:
             "Replays each conversation (request k = system, tools and the messages before assistant turn "
             "k) through cachekit and the local backend's billing, once per policy: none, system (a marker "
             "after the system prompt), last (a marker on the last message), auto (top-level automatic "
-            "caching), cachekit (the planner)."
+            "caching), system+last and system+last-1h (what LiteLLM's and LangChain's defaults send), "
+            "auto-1h, cachekit (the planner), oracle-ttl (the planner's markers, each lifetime chosen "
+            "knowing when the next request comes)."
         ),
     )
     replay.add_argument("traces", metavar="TRACES.jsonl", help="one conversation per line (Anthropic layout)")
@@ -532,6 +536,13 @@ def _add_replay(commands: Any) -> None:
     replay.add_argument(
         "--gap-seconds", type=float, default=5.0, help="seconds between requests (default: %(default)g)"
     )
+    replay.add_argument(
+        "--gaps",
+        metavar="SPEC",
+        help="think times drawn per request: fixed:S, uniform:LOW:HIGH, lognormal:MEDIAN:SPREAD, or "
+        "trace[:S] (each conversation's gap_seconds) (default: fixed, --gap-seconds)",
+    )
+    replay.add_argument("--seed", type=int, default=0, help="seed of the drawn gaps (default: %(default)s)")
     replay.add_argument(
         "--limit", type=int, metavar="N", help="only the first N conversations (default: all)"
     )

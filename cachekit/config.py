@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from cachekit._home import cachekit_home
 from cachekit._types import ToolOrder
 from cachekit.errors import ConfigError
+from cachekit.gaps import breakpoints_setting
 from cachekit.stores.base import AsyncStore, Store
 
 if TYPE_CHECKING:
@@ -34,8 +35,10 @@ Mode = Literal["default", "bypass", "refresh", "only-if-cached"]
 #: :class:`~cachekit.errors.CacheUnavailableError`.
 OnCacheError = Literal["bypass", "raise"]
 
-#: Breakpoint planning: ``auto`` places ``cache_control`` markers (and OpenAI's ``prompt_cache_key``).
-Breakpoints = Literal["auto", "off"]
+#: Breakpoint planning: ``auto`` places ``cache_control`` markers (and OpenAI's ``prompt_cache_key``)
+#: with lifetimes learned from the traffic; ``"5m"`` / ``"1h"`` fixes their lifetime; a number is the
+#: expected seconds between a conversation's requests; ``off`` plans nothing.
+Breakpoints = Literal["auto", "off", "5m", "1h"] | float
 
 #: What prefix lint does with a finding: log it, raise before the call, or nothing.
 LintMode = Literal["warn", "raise", "off"]
@@ -111,8 +114,12 @@ class CacheConfig:
             one warning per client names this option.
         breakpoints: ``auto`` (default): place ``cache_control`` breakpoints on requests to providers
             with explicit prompt caching (Anthropic, Bailian) and set ``prompt_cache_key`` on OpenAI
-            requests that have none (see :mod:`cachekit.shape.planner`); ``off``: send prompts as written.
-            The header ``x-cachekit-breakpoints: off|auto`` overrides it per request.
+            requests that have none (see :mod:`cachekit.shape.planner`), with 1-hour lifetimes where the
+            tenant's timing statistics say they pay (:mod:`cachekit.gaps`); ``"5m"`` or ``"1h"``: the
+            same markers, all with that lifetime; a positive number: the expected seconds between a
+            conversation's requests, which decides the lifetime (1 hour for gaps between 5 minutes
+            and an hour); ``off``: send prompts as written. The header
+            ``x-cachekit-breakpoints`` (any of these values) overrides it per request.
         lint: report volatile content in the cached prefix (timestamps, ids, reordered tools, a
             changed ``tool_choice``...) before each upstream call: ``warn`` (default: logged once per
             conversation and finding), ``raise`` (the request is not sent: it is answered with a 400
@@ -173,8 +180,10 @@ class CacheConfig:
             raise ConfigError(f"trust_tenant_header must be True or False, not {self.trust_tenant_header!r}")
         if self.price_as is not None and (not isinstance(self.price_as, str) or not self.price_as.strip()):
             raise ConfigError(f"price_as must be a provider name such as 'anthropic', not {self.price_as!r}")
-        if self.breakpoints not in ("auto", "off"):
-            raise ConfigError(f"breakpoints must be 'auto' or 'off', not {self.breakpoints!r}")
+        try:
+            breakpoints_setting(self.breakpoints)
+        except ValueError as exc:
+            raise ConfigError(f"breakpoints {exc}") from None
         if self.lint not in ("warn", "raise", "off"):
             raise ConfigError(f"lint must be 'warn', 'raise' or 'off', not {self.lint!r}")
         for pattern in self.volatile_patterns:

@@ -3,12 +3,21 @@
 A trace file holds one conversation per line, in the Anthropic Messages layout
 (``{"id", "system", "tools", "messages", ...}``, as in ``traces-dev.jsonl``). Request ``k`` of a
 conversation is what the client sent before assistant turn ``k``: the system prompt, the tools and
-every message before that turn. Each policy replays every conversation in order, one request every
-``gap_seconds`` of simulated time, through a cachekit client (the real ``anthropic`` SDK) to the local
-backend with the scripted engine, whose accounting bills prompts by the provider's caching rules:
+every message before that turn. Each policy replays every conversation in order through a cachekit
+client (the real ``anthropic`` SDK) to the local backend with the scripted engine, whose accounting
+bills prompts by the provider's caching rules. Each request waits a think time of simulated seconds
+after the one before it (:class:`Gaps`: fixed, uniform, log-normal, or per conversation from the
+trace file), drawn once with a seed, so every policy sees the same timeline:
 
 * ``none``: no markers; ``system``: one marker after the system prompt; ``last``: one marker on the
-  last message; ``auto``: Anthropic's top-level automatic caching; ``cachekit``: cachekit's planner.
+  last message; ``auto``: Anthropic's top-level automatic caching;
+* what users run: ``system+last`` (LiteLLM's and LangChain's Anthropic prompt-caching defaults: the
+  system prompt and the last message), ``system+last-1h`` (the same with 1-hour lifetimes) and
+  ``auto-1h`` (automatic caching with a 1-hour lifetime);
+* ``cachekit``: cachekit's planner, lifetimes learned from the traffic as it goes;
+* ``oracle-ttl``: cachekit's placement with each write's lifetime chosen knowing when the next
+  request of its conversation comes (1 hour for a gap between 5 minutes and an hour, else 5 minutes):
+  how far the choice of lifetime can go.
 
 Costs are input-side only, from the price table. The lower bound prices each request as if every
 token of its longest prefix shared with any earlier request (of any conversation) were a cache read,
@@ -25,6 +34,8 @@ import functools
 import hashlib
 import itertools
 import logging
+import math
+import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +44,7 @@ from typing import Any
 import orjson
 
 from cachekit._progress import Progress
+from cachekit._types import Ttl
 from cachekit.cost.prices import PriceTable, default_prices
 from cachekit.cost.usage import UsageRecord, usage_of_body
 from cachekit.replay_layouts import Layout, apply_openai_policy, dialect_of, policies_of, rewrite
@@ -42,6 +54,7 @@ from cachekit.shape.planner import add_marker
 __all__ = [
     "POLICIES",
     "Conversation",
+    "Gaps",
     "PolicyResult",
     "TraceError",
     "apply_policy",
@@ -53,8 +66,19 @@ __all__ = [
 logger = logging.getLogger("cachekit.replay")
 
 #: The breakpoint policies that ``cachekit replay`` compares.
-POLICIES = ("none", "system", "last", "auto", "cachekit")
+POLICIES = (
+    "none",
+    "system",
+    "last",
+    "auto",
+    "system+last",
+    "system+last-1h",
+    "auto-1h",
+    "cachekit",
+    "oracle-ttl",
+)
 _EPHEMERAL = {"type": "ephemeral"}
+_PLANNED = ("cachekit", "oracle-ttl")  # sent as written; cachekit's planner places the markers
 
 
 class TraceError(ValueError):
@@ -70,6 +94,8 @@ class Conversation:
     system: Any
     tools: list[Any]
     messages: list[Any]
+    gaps: tuple[float, ...] = ()
+    """The trace's own think times (``"gap_seconds"``: one number, or one per request), if any."""
 
 
 @dataclass
@@ -135,7 +161,84 @@ def _conversation(line: int, raw: bytes) -> Conversation:
     system = data.get("system")
     if system is not None and not isinstance(system, (str, list)):
         raise TraceError(f"{label}: 'system' must be a string or a list of text blocks")
-    return Conversation(line, ident, system, tools, messages)
+    return Conversation(line, ident, system, tools, messages, _trace_gaps(label, data.get("gap_seconds")))
+
+
+def _trace_gaps(label: str, raw: Any) -> tuple[float, ...]:
+    """A conversation's ``gap_seconds``: absent, one number, or a list of them (seconds >= 0)."""
+    if raw is None:
+        return ()
+    values = raw if isinstance(raw, list) else [raw]
+    if not values or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        for v in values
+    ):
+        raise TraceError(f"{label}: 'gap_seconds' must be a number of seconds >= 0 or a list of them")
+    return tuple(float(v) for v in values)
+
+
+@dataclass(frozen=True, slots=True)
+class Gaps:
+    """How many simulated seconds each request comes after the one before it.
+
+    ``fixed:S``; ``uniform:LOW:HIGH``; ``lognormal:MEDIAN:SPREAD`` (SPREAD is the geometric standard
+    deviation, >= 1: about two draws in three fall between MEDIAN/SPREAD and MEDIAN*SPREAD); ``trace``
+    or ``trace:S``: each conversation's own ``gap_seconds`` (one number, or one per request, the last
+    repeated), ``S`` (default 5) where a conversation has none. A plain number means ``fixed``.
+    """
+
+    kind: str
+    a: float = 5.0
+    b: float = 0.0
+
+    @classmethod
+    def parse(cls, spec: str) -> Gaps:
+        """A :class:`Gaps` from its command-line form; :class:`ValueError` names the accepted forms."""
+        name, _, rest = spec.strip().lower().partition(":")
+        try:
+            numbers = [float(part) for part in rest.split(":")] if rest else []
+            if not rest and name not in ("trace",):
+                numbers, name = [float(name)], "fixed"
+        except ValueError:
+            numbers = [math.nan]
+        arity = {"fixed": (1,), "uniform": (2,), "lognormal": (2,), "trace": (0, 1)}
+        if (
+            name in arity
+            and len(numbers) in arity[name]
+            and all(math.isfinite(n) and n >= 0 for n in numbers)
+        ):
+            gaps = cls(name, *numbers)
+            if (name != "uniform" or gaps.a <= gaps.b) and (
+                name != "lognormal" or (gaps.a > 0 and gaps.b >= 1)
+            ):
+                return gaps
+        raise ValueError(
+            f"--gaps {spec!r}: expected SECONDS, fixed:S, uniform:LOW:HIGH (LOW <= HIGH), "
+            "lognormal:MEDIAN:SPREAD (MEDIAN > 0, SPREAD >= 1) or trace[:S], seconds >= 0"
+        )
+
+    def label(self) -> str:
+        """The form :meth:`parse` reads."""
+        numbers = {"fixed": (self.a,), "uniform": (self.a, self.b), "lognormal": (self.a, self.b)}
+        return ":".join([self.kind, *(f"{n:g}" for n in numbers.get(self.kind, (self.a,)))])
+
+    def schedule(self, conversations: Sequence[Conversation], model: str, seed: int = 0) -> list[list[float]]:
+        """For each conversation, the seconds before each of its requests (the same for every policy)."""
+        draw = random.Random(seed)
+        timeline: list[list[float]] = []
+        for conversation in conversations:
+            count = len(requests_of(conversation, model))
+            if self.kind == "trace":
+                own = conversation.gaps or (self.a,)
+                timeline.append([own[min(k, len(own) - 1)] for k in range(count)])
+            elif self.kind == "uniform":
+                timeline.append([draw.uniform(self.a, self.b) for _ in range(count)])
+            elif self.kind == "lognormal":
+                sigma = math.log(self.b)
+                timeline.append([self.a * math.exp(draw.gauss(0.0, sigma)) for _ in range(count)])
+            else:
+                timeline.append([self.a] * count)
+        return timeline
 
 
 def read_traces(path: str | Path, *, limit: int | None = None) -> Iterator[Conversation | TraceError]:
@@ -177,22 +280,38 @@ def requests_of(conversation: Conversation, model: str, *, max_tokens: int = 16)
 
 
 def apply_policy(policy: str, body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` as a client following ``policy`` sends it (``cachekit``: unchanged, cachekit plans it)."""
-    if policy in ("none", "cachekit"):
+    """``body`` as a client following ``policy`` sends it (``cachekit``, ``oracle-ttl``: unchanged,
+    cachekit plans it)."""
+    if policy in ("none", *_PLANNED):
         return body
-    if policy == "auto":
-        return {**body, "cache_control": dict(_EPHEMERAL)}
+    if policy in ("auto", "auto-1h"):
+        longer = {"ttl": "1h"} if policy == "auto-1h" else {}
+        return {**body, "cache_control": {**_EPHEMERAL, **longer}}
+    rules = {"system": ("system",), "last": ("last",), "system+last": ("system", "last")}
+    rules["system+last-1h"] = rules["system+last"]
+    if policy not in rules:
+        raise ValueError(f"unknown policy {policy!r}; one of {', '.join(POLICIES)}")
     blocks = prompt_blocks("anthropic_messages", body)
-    if policy == "system":
-        section = [b for b in blocks if b.section == "system" and b.eligible] or [
-            b for b in blocks if b.section == "tools" and b.eligible
-        ]
-        return add_marker(body, section[-1].where) if section else body
-    if policy == "last":
-        last = len(body["messages"]) - 1
-        candidates = [b for b in blocks if b.message == last and b.eligible]
-        return add_marker(body, candidates[-1].where) if candidates else body
-    raise ValueError(f"unknown policy {policy!r}; one of {', '.join(POLICIES)}")
+    ttl: Ttl = "1h" if policy.endswith("-1h") else "5m"
+    for rule in rules[policy]:
+        if rule == "system":
+            section = [b for b in blocks if b.section == "system" and b.eligible] or [
+                b for b in blocks if b.section == "tools" and b.eligible
+            ]
+            target = section[-1] if section else None
+        else:
+            last = len(body["messages"]) - 1
+            target = next((b for b in reversed(blocks) if b.message == last and b.eligible), None)
+        if target is not None:
+            body = add_marker(body, target.where, ttl)
+    return body
+
+
+def _oracle_header(gaps: Sequence[float], k: int) -> dict[str, str]:
+    """``oracle-ttl``: the seconds until the conversation's next request, as the expected gap; the
+    last request's write is never read, so the cheaper 5 minutes."""
+    value = f"{gaps[k + 1]!r}" if k + 1 < len(gaps) else "5m"
+    return {"x-cachekit-breakpoints": value}
 
 
 class _MemoTokenizer:
@@ -291,16 +410,24 @@ _BASE_URLS = {
 }
 
 
-def _send(
-    client: Any, policy: str, body: dict[str, Any], layout: Layout | None, provider: str
+def _send(  # noqa: PLR0917 - one request of one policy, each input named
+    client: Any,
+    policy: str,
+    body: dict[str, Any],
+    layout: Layout | None,
+    provider: str,
+    headers: dict[str, str] | None = None,
 ) -> UsageRecord:
-    """Send request ``body`` (Messages layout) as ``policy`` has it, in ``layout``; its usage."""
+    """Send request ``body`` (Messages layout) as ``policy`` has it, in ``layout``, with ``headers``
+    (the oracle's lifetime); its usage."""
     if layout is None:
-        return _usage_of(client.messages.create(**apply_policy(policy, body)))
+        return _usage_of(client.messages.create(**apply_policy(policy, body), extra_headers=headers))
     sent = apply_openai_policy(policy, rewrite(body, layout), layout, provider)
     if layout == "chat":
-        return _usage_of(client.chat.completions.create(**sent), provider, "openai_chat")
-    return _usage_of(client.responses.create(**sent), provider, "openai_responses")
+        return _usage_of(
+            client.chat.completions.create(**sent, extra_headers=headers), provider, "openai_chat"
+        )
+    return _usage_of(client.responses.create(**sent, extra_headers=headers), provider, "openai_responses")
 
 
 def _usage_of(response: Any, provider: str = "anthropic", dialect: str = "anthropic_messages") -> UsageRecord:
@@ -339,7 +466,7 @@ def _replay_policy(
     *,
     provider: str,
     model: str,
-    gap_seconds: float,
+    timeline: Sequence[Sequence[float]],
     tokenizer: _MemoTokenizer,
     pricing: _Prices,
     lower: dict[tuple[int, int], float],
@@ -365,7 +492,7 @@ def _replay_policy(
         enabled=False,  # prompt caching only: a repeated request must reach the backend
         ledger=False,
         lint="off",
-        breakpoints="auto" if policy == "cachekit" else "off",
+        breakpoints="auto" if policy in _PLANNED else "off",
         price_as=provider,
     )
     options: dict[str, Any] = {
@@ -380,11 +507,12 @@ def _replay_policy(
         client = cachekit.OpenAI(base_url=_BASE_URLS[provider], **options)
     result = PolicyResult(policy)
     try:
-        for conversation in conversations:
+        for conversation, gaps in zip(conversations, timeline, strict=True):
             for k, body in enumerate(requests_of(conversation, model)):
-                clock.advance(gap_seconds)
+                clock.advance(gaps[k])
+                headers = _oracle_header(gaps, k) if policy == "oracle-ttl" else None
                 try:
-                    usage = _send(client, policy, body, layout, provider)
+                    usage = _send(client, policy, body, layout, provider, headers)
                 except (anthropic.APIError, openai.APIError) as exc:
                     where = f"line {conversation.line} ({conversation.id}), request {k + 1}"
                     result.errors.append(f"{where}: {exc}")
@@ -412,6 +540,8 @@ def replay(
     model: str,
     policies: Sequence[str] = POLICIES,
     gap_seconds: float = 5.0,
+    gaps: Gaps | None = None,
+    seed: int = 0,
     prices: PriceTable | None = None,
     progress: Progress | None = None,
     layout: Layout | None = None,
@@ -423,7 +553,8 @@ def replay(
     ``progress`` is called as ``progress("replaying", done, total)``, counting each conversation once
     per policy. ``provider="openai"`` replays in an OpenAI ``layout`` (``chat`` by default, or
     ``responses``; :mod:`cachekit.replay_layouts`) with its policies (``provider="bailian"``: Model
-    Studio, Chat Completions).
+    Studio, Chat Completions). ``gaps`` draws the think times (with ``seed``); without it every
+    request comes ``gap_seconds`` after the one before it.
     """
     try:
         import anthropic  # noqa: F401 - only checked here, for a clear message
@@ -446,6 +577,7 @@ def replay(
             raise ValueError(f"unknown policy {policy!r}; one of {', '.join(known)}")
     if not gap_seconds >= 0:
         raise ValueError(f"gap_seconds must be >= 0, got {gap_seconds!r}")
+    timeline = (gaps or Gaps("fixed", gap_seconds)).schedule(conversations, model, seed)
     tokenizer = _MemoTokenizer(encoding("o200k_base"))
     pricing = _Prices(prices or default_prices(), provider, model)
     lower = _lower_bounds(conversations, model, tokenizer, pricing, layout)
@@ -464,7 +596,7 @@ def replay(
             conversations,
             provider=provider,
             model=model,
-            gap_seconds=gap_seconds,
+            timeline=timeline,
             tokenizer=tokenizer,
             pricing=pricing,
             lower=lower,

@@ -15,6 +15,7 @@ from cachekit._http import Request
 from cachekit._types import Dialect
 from cachekit.config import MODES, CacheConfig, Mode
 from cachekit.context import UNSET, CallPolicy
+from cachekit.gaps import Expect, breakpoints_setting
 from cachekit.pipeline.view import Seen
 from cachekit.providers import server_state
 
@@ -73,6 +74,8 @@ class Control:
     #: The per-request tenant (header, else call site): it narrows the client's partition unless
     #: ``trust_tenant_header`` lets it select one (:func:`cachekit.exact.keys.partition_for`).
     request_tenant: str | None = None
+    #: What the caller knows about its traffic (a fixed lifetime, an expected gap): config or header.
+    expect: Expect | None = None
 
 
 class BadControl(ValueError):
@@ -97,12 +100,12 @@ def read_control(headers: dict[str, str], config: CacheConfig, context: CallPoli
     semantic, threshold = context.semantic, None
     if (raw_semantic := headers.get(CONTROL_PREFIX + "-semantic")) is not None:
         semantic, threshold = _semantic_header(raw_semantic)
-    breakpoints = config.breakpoints == "auto"
+    breakpoints, expect = breakpoints_setting(config.breakpoints)
     if (raw_breakpoints := headers.get(BREAKPOINTS_HEADER)) is not None:
-        word = raw_breakpoints.strip().lower()
-        if word not in ("auto", "off"):
-            raise BadControl(f"x-cachekit-breakpoints must be auto or off, not {raw_breakpoints!r}")
-        breakpoints = word == "auto"
+        try:
+            breakpoints, expect = breakpoints_setting(raw_breakpoints)
+        except ValueError as exc:
+            raise BadControl(f"x-cachekit-breakpoints {exc}") from None
     return Control(
         mode,  # type: ignore[arg-type]
         ttl,  # type: ignore[arg-type]
@@ -114,6 +117,7 @@ def read_control(headers: dict[str, str], config: CacheConfig, context: CallPoli
         breakpoints,
         headers.get(CONTROL_PREFIX + "-conversation") or None,
         request_tenant=request_tenant,
+        expect=expect,
     )
 
 

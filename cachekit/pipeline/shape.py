@@ -130,6 +130,7 @@ class Shaper:
                 now=self._rt.clock(),
                 volatile=volatile,
                 blocks=blocks,
+                expect=control.expect,
             )
             if applied.changed:
                 self._rt.stats.add("planned")
@@ -158,7 +159,7 @@ class Shaper:
         config = self._rt.config
         answered = 200 <= response.status_code < 300
         silent = self.hosts.learn(route, response.headers.get(RULES_HEADER), answered=answered)
-        wanted = config.breakpoints == "auto" or self._rt.ledger is not None
+        wanted = config.breakpoints != "off" or self._rt.ledger is not None
         if silent and config.price_as is None and wanted:
             logger.warning(
                 "cachekit: %s is not a provider cachekit knows and announced no caching rules: its calls "

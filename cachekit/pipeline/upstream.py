@@ -20,6 +20,7 @@ from cachekit.pipeline import answers
 from cachekit.pipeline.controls import Control
 from cachekit.pipeline.effects import Exchange, Read, Send, Step, Tee, Wait, nothing
 from cachekit.pipeline.exact import lookup
+from cachekit.pipeline.gaps import GapStatistics
 from cachekit.pipeline.key import Call, Keyer
 from cachekit.pipeline.record_cost import Accountant
 from cachekit.pipeline.runtime import Runtime
@@ -59,6 +60,7 @@ class Upstream:
         self._storer = storer
         self._accountant = accountant
         self._semantic = semantic
+        self._gaps = GapStatistics(runtime, shaper)
 
     # -- single-flight around the exact lookup -----------------------------------------------------
 
@@ -147,6 +149,7 @@ class Upstream:
         handed_off = False
         try:
             rt.stats.add("misses")
+            yield from self._gaps.load(view, call)  # the tenant's timing statistics, for the planner
             try:
                 shaped = self._shaper.shape(view, call.control, call.partition)
             except PrefixLintError as exc:
@@ -161,6 +164,7 @@ class Upstream:
                 settle(flight, *retry_of(response.status_code, response.headers))
                 return answers.tag(response, "miss", key, breakpoints, refused)
             self._shaper.commit(applied)
+            yield from self._gaps.save(call, applied)
             if call.form.streaming and is_event_stream(content_type):
                 # The caller reads the stream as it arrives; the recorder keeps a copy and the entry is
                 # stored only if the stream reaches its terminator with no error event.

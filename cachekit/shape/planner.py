@@ -21,10 +21,11 @@ request will read:
    conversations). A candidate whose prefix is shorter than the model's minimum gets no marker (it
    would write nothing); a block that cannot carry one (thinking, an empty or cited text block) is
    never marked; a string shorthand becomes one text block to carry its marker.
-3. **Lifetimes.** 5 minutes by default; 1 hour where the same prefix came back after a gap longer
-   than 5 minutes (observed), since a 1-hour write pays for itself after two reads. A marker never
-   gets a shorter lifetime than a marker after it (1h before 5m), nor a longer one than the caller's
-   markers before it.
+3. **Lifetimes**, chosen before the gap (:mod:`cachekit.gaps`): 1 hour where the tenant's timing
+   statistics for the model (or the caller's expected gap) make its expected saving beat a 5-minute
+   write, else 5 minutes; a caller's fixed lifetime is used as given. A marker never gets a shorter
+   lifetime than a marker after it (1h before 5m), nor a longer one than the caller's markers
+   before it.
 
 :func:`plan_breakpoints` is pure: the blocks, their token counts and what is remembered about
 earlier requests (:class:`Recall`) go in, the planned body and the placements come out.
@@ -50,6 +51,7 @@ from typing import Any, Literal
 import orjson
 
 from cachekit._types import Ttl
+from cachekit.gaps import Expect, GapMemory, WriteRates, choose_ttl, default_write_rates
 from cachekit.providers.breakpoints import (
     TailOdds,
     implicit_mode,
@@ -85,7 +87,7 @@ __all__ = [
 
 logger = logging.getLogger("cachekit.planner")
 
-Reason = Literal["conversation", "lookback", "system", "tools"]
+Reason = Literal["conversation", "lookback", "anchor", "system", "tools"]
 
 _SHORT: Ttl = "5m"
 _LONG: Ttl = "1h"
@@ -116,12 +118,18 @@ class Recall:
 
     ``last_write``: the latest block whose prefix an earlier request wrote and that is still live.
     ``long_gap``: blocks whose prefix came back after more than 5 minutes (they get 1-hour markers).
-    ``conversation_long_gap``: this conversation's previous request came more than 5 minutes ago.
+    ``conversation_long_gap``: the conversation's markers get 1-hour lifetimes.
+    ``conversation_gap``: seconds since this conversation's previous request (``None``: a new one);
+    ``stable_gap``: seconds since the stable prefix (system prompt, tools) was last used.
+    ``anchor``: the latest block of the conversation whose prefix holds a live 1-hour entry.
     """
 
     last_write: int | None = None
     long_gap: frozenset[int] = frozenset()
     conversation_long_gap: bool = False
+    conversation_gap: float | None = None
+    stable_gap: float | None = None
+    anchor: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,6 +452,10 @@ def plan_breakpoints(
         reached = any(positions[i] - positions[write] < window for i in after)
         if after and not reached:
             take(write, "lookback", conversation_ttl)
+    # The anchor: while the conversation's end is written for 5 minutes, a marker on its latest live
+    # 1-hour entry refreshes that entry for free, so a longer pause loses only what came after it.
+    if recall.anchor is not None and conversation_ttl == _SHORT and recall.anchor < len(blocks):
+        take(recall.anchor, "anchor", _LONG)
     for index, reason in ((system_end, "system"), (tools_end, "tools")):
         if index is not None:
             take(index, reason, _LONG if index in recall.long_gap else _SHORT)
@@ -604,24 +616,42 @@ class PlanMemory:
         short, long = lifetimes
         last_write: int | None = None
         conversation_gap: float | None = None
+        stable_gap: float | None = None
+        anchor: int | None = None
         long_gap: set[int] = set()
+        # Only a prefix longer than the stable one continues a conversation.
+        floor = max(stable, default=-1)
         with self._lock:
             for index in range(len(hashes) - 1, -1, -1):
                 entry = self._entries.get(hashes[index])
                 if entry is None:
                     continue
                 gap = now - entry.last_used
-                if conversation_gap is None:
+                # The whole prompt found again is a repeat (a retry, a rerun), not a continuation.
+                if conversation_gap is None and floor < index < len(hashes) - 1:
                     conversation_gap = gap
                 if gap < entry.ttl:
                     last_write = index
                     break
+            anchor = next(
+                (i for i in range(last_write or -1, floor, -1) if self._anchors(hashes[i], now)), None
+            )
             for index in stable:
                 entry = self._entries.get(hashes[index])
-                if entry is not None and short < now - entry.last_used <= long:
+                if entry is None:
+                    continue
+                stable_gap = now - entry.last_used
+                if short < stable_gap <= long:
                     long_gap.add(index)
         long_conversation = conversation_gap is not None and short < conversation_gap <= long
-        return Recall(last_write, frozenset(long_gap), long_conversation)
+        return Recall(
+            last_write, frozenset(long_gap), long_conversation, conversation_gap, stable_gap, anchor
+        )
+
+    def _anchors(self, key: bytes, now: float) -> bool:
+        """Whether ``key``'s entry is a live 1-hour one (the caller holds the lock)."""
+        entry = self._entries.get(key)
+        return entry is not None and entry.ttl >= _ONE_HOUR and now - entry.last_used < entry.ttl
 
     def record(
         self, hashes: Sequence[bytes], markers: Sequence[tuple[int, float]], read: int | None, now: float
@@ -650,12 +680,16 @@ class PlanMemory:
 
 @dataclass(frozen=True, slots=True)
 class _Pending:
-    """What to remember once the request was answered: prefix hashes, the writes, the read."""
+    """What to remember once the request was answered: prefix hashes, the writes, the read, and the
+    gaps it observed (for the tenant's timing statistics)."""
 
     hashes: tuple[bytes, ...]
     writes: tuple[tuple[int, float], ...]
     read: int | None
     now: float
+    partition: bytes = b""
+    model: str = ""
+    gaps: tuple[float | None, float | None] = (None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -693,7 +727,9 @@ class Planner:
 
     ``rules_for`` maps (provider, model) to caching rules (default: the bundled table); ``estimator``
     counts tokens (default: ``o200k_base``, calibrated per model). :meth:`apply` plans a request;
-    :meth:`commit` remembers it once the provider accepted it. Thread-safe.
+    :meth:`commit` remembers it once the provider accepted it. ``gaps`` holds each tenant's timing
+    statistics per model, from which cache lifetimes are chosen before the gap (:mod:`cachekit.gaps`).
+    Thread-safe.
 
     Bailian's explicit cache replaces its implicit one for the request (they are mutually exclusive,
     and the implicit one has no write premium), so Bailian requests are planned only when the caller
@@ -711,6 +747,8 @@ class Planner:
     1.25 and 0.1, the write premium and read discount the providers document)."""
     #: Recent prefix-hash chains: a growing conversation hashes only its new blocks.
     chains: ChainMemo = field(default_factory=ChainMemo)
+    gaps: GapMemory = field(default_factory=GapMemory)
+    rates_for: Callable[[str, str], WriteRates | None] = default_write_rates
 
     def rules(self, provider: str, model: str) -> CacheRules | None:
         """The caching rules of ``provider``'s ``model`` (those of the provider it follows, for Azure
@@ -733,13 +771,16 @@ class Planner:
         now: float,
         volatile: Collection[str] = (),
         blocks: Sequence[Block] | None = None,
+        expect: Expect | None = None,
     ) -> Applied:
         """Plan ``body`` for ``provider`` (a provider name from the rules table); call :meth:`commit`
         with the result once the provider accepted the request.
 
         ``volatile`` are paths of system blocks known to change between calls (see :func:`stable_first`);
-        ``blocks`` are ``body``'s blocks when the caller has them already. The ``prompt_cache_key`` is
-        only for ``provider="openai"``. Raises :class:`PlanError` for markers the provider would refuse.
+        ``blocks`` are ``body``'s blocks when the caller has them already; ``expect`` is what the caller
+        knows about its traffic (a fixed lifetime or the expected gap; default: learned from the
+        partition's traffic). The ``prompt_cache_key`` is only for ``provider="openai"``. Raises
+        :class:`PlanError` for markers the provider would refuse.
         """
         model = body.get("model")
         if not isinstance(model, str) or not model:
@@ -780,6 +821,20 @@ class Planner:
         changing = (
             frozenset(i for i, b in enumerate(blocks) if b.where in volatile) if volatile else frozenset()
         )
+        # The timing statistics know 5-minute and 1-hour entries; other lifetimes (OpenAI's 30m/12h)
+        # go by the gaps seen in this process, as before.
+        if (rules.lifetime("5m"), rules.lifetime("1h")) == (_FIVE_MINUTES, _ONE_HOUR):
+            recall = self._lifetimes(
+                provider,
+                model,
+                partition,
+                body=body,
+                blocks=blocks,
+                tokens=tokens,
+                recall=recall,
+                volatile=changing,
+                expect=expect,
+            )
         plan = self._plan(dialect, body, blocks, tokens, rules, recall, changing, partition)
         # OpenAI's own, and Azure's for the GPT-5.6 family ("set the prompt_cache_key parameter").
         if (
@@ -800,7 +855,8 @@ class Planner:
                 plan.caller_markers,
                 "; ".join(plan.notes) or "nothing skipped",
             )
-        pending = _Pending(tuple(hashes), writes, recall.last_write, now)
+        observed = (recall.conversation_gap, recall.stable_gap)
+        pending = _Pending(tuple(hashes), writes, recall.last_write, now, partition, model, observed)
         changed = plan.body is not body
         return Applied(plan.body, plan, plan.body.get("prompt_cache_key"), estimate, model, changed, pending)
 
@@ -845,3 +901,49 @@ class Planner:
         pending = applied.pending
         if pending is not None:
             self.memory.record(pending.hashes, pending.writes, pending.read, pending.now)
+            self.gaps.observe(pending.partition, pending.model, *pending.gaps)
+
+    def _lifetimes(
+        self,
+        provider: str,
+        model: str,
+        partition: bytes,
+        *,
+        body: dict[str, Any],
+        blocks: Sequence[Block],
+        tokens: Sequence[int],
+        recall: Recall,
+        volatile: frozenset[int],
+        expect: Expect | None,
+    ) -> Recall:
+        """``recall`` with the lifetimes chosen before the gap (:func:`cachekit.gaps.choose_ttl`): for
+        the conversation's markers, and for the stable ones (system prompt end, tools end)."""
+        stats = self.gaps.stats(partition, model)
+        stats.observe(recall.conversation_gap, recall.stable_gap)  # this request's own gaps count too
+        rates = self.rates_for(provider, model) if expect is None else None
+        prefix = list(itertools.accumulate(tokens))
+        read = prefix[recall.last_write] if recall.last_write is not None else 0
+        end = _conversation_end(body, blocks)
+        # A pause that loses the end's 5-minute entry still reads the anchor's 1-hour one.
+        kept = prefix[recall.anchor] if recall.anchor is not None and recall.anchor != end else 0
+        conversation = end is not None and (
+            choose_ttl(
+                stats,
+                rates,
+                written=prefix[end] - read,
+                cached=prefix[end] - kept,
+                stable=False,
+                expect=expect,
+            )
+            == _LONG
+        )
+        long_gap = frozenset(
+            index
+            for index in (_stable_system_end(blocks, volatile), _section_end(blocks, "tools"))
+            if index is not None
+            and choose_ttl(
+                stats, rates, written=prefix[index], cached=prefix[index], stable=True, expect=expect
+            )
+            == _LONG
+        )
+        return dataclasses.replace(recall, long_gap=long_gap, conversation_long_gap=conversation)
