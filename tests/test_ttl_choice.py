@@ -324,3 +324,31 @@ def test_statistics_the_store_cannot_keep_never_fail_a_request(provider: Provide
     client.close()
     assert len(sent) == 6
     assert "=1h/conversation" in sent[-1].breakpoints  # learned in this process all the same
+
+
+def test_openai_lifetimes_follow_a_fixed_tier_but_not_the_5m_1h_statistics() -> None:
+    """OpenAI's explicit breakpoints live 30 minutes or 12 hours (cache_rules.json, GPT-5.6 rows): the
+    5m/1h timing statistics do not choose them; a caller's fixed "1h" is read as the long tier (12h)."""
+    from cachekit.gaps import Expect
+    from cachekit.shape.planner import Planner
+
+    body = {
+        "model": "gpt-5.6-sol",
+        "messages": [
+            {"role": "system", "content": [{"type": "text", "text": "You are a careful agent. " * 400}]},
+            {"role": "user", "content": [{"type": "text", "text": "First question, long enough. " * 200}]},
+        ],
+    }
+
+    def ttls(expect: Expect | None) -> set[str]:
+        planned = Planner().apply("openai", "openai_chat", body, now=0.0, expect=expect).body
+        return {
+            block["prompt_cache_breakpoint"].get("ttl", "30m")
+            for message in planned["messages"]
+            for block in message["content"]
+            if isinstance(block, dict) and "prompt_cache_breakpoint" in block
+        }
+
+    assert ttls(None) == {"30m"}
+    assert ttls(Expect(gap=360.0)) == {"30m"}  # six minutes is within OpenAI's 30-minute lifetime
+    assert ttls(Expect(ttl="1h")) == {"12h"}

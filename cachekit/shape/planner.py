@@ -821,9 +821,10 @@ class Planner:
         changing = (
             frozenset(i for i, b in enumerate(blocks) if b.where in volatile) if volatile else frozenset()
         )
-        # The timing statistics know 5-minute and 1-hour entries; other lifetimes (OpenAI's 30m/12h)
-        # go by the gaps seen in this process, as before.
-        if (rules.lifetime("5m"), rules.lifetime("1h")) == (_FIVE_MINUTES, _ONE_HOUR):
+        # The timing statistics (and an expected gap) know 5-minute and 1-hour entries; other lifetimes
+        # (OpenAI's 30m/12h) go by the gaps seen in this process, or the caller's fixed tier.
+        fixed = expect is not None and expect.ttl is not None
+        if fixed or (rules.lifetime("5m"), rules.lifetime("1h")) == (_FIVE_MINUTES, _ONE_HOUR):
             recall = self._lifetimes(
                 provider,
                 model,
