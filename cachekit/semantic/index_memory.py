@@ -228,7 +228,8 @@ class MemoryVectorIndex:
         max_entries_per_partition: a partition's size cap; the oldest-added entries go first.
         max_entries: the whole index's cap, over all partitions (partitions include the earlier turns
             of a conversation, so there can be very many); the oldest-added entries go first.
-            100,000 entries of 384 dimensions take about 150 MB plus their texts.
+            100,000 entries of 384 dimensions take about 150 MB plus their texts, and as much
+            again for the graph where a partition has one (``approximate``).
         clock: the time source for TTLs (epoch seconds).
         approximate: search partitions of ``exact_below`` entries or more through an HNSW graph
             (``usearch``, the ``ann`` extra): ``None`` (the default) when it is installed, ``True``
