@@ -20,12 +20,13 @@ models never meet. For OpenAI it is ``openai:<model>:<dimensions>``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,10 @@ _OPENAI_DIMENSIONS = {
     "text-embedding-3-large": 3072,
     "text-embedding-ada-002": 1536,
 }
+#: Torch's intra-op threads while one text is embedded (a lookup): measured with
+#: ``benchmarks/semantic.py``, one thread is several times faster than two for a short question on a
+#: busy machine (a second thread waits for a core that another process holds).
+DEFAULT_ONE_TEXT_THREADS = 1
 #: Files that do not change what a model computes, left out of its digest.
 _NOT_MODEL_FILES = frozenset({"README.md", "README", "LICENSE", "LICENSE.txt"})
 
@@ -233,6 +238,10 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
         device: ``"cuda"``, ``"cpu"``, ... ; by default CUDA when available, else the CPU.
         batch_size: texts per forward pass.
         cache_size: texts whose vectors are kept (an LRU; 0 turns it off).
+        one_text_threads: torch's intra-op threads while a single text is embedded (what a lookup
+            does): set on the calling thread for that one call and restored after it (torch keeps
+            the setting per thread), so batches and the rest of the process keep theirs. ``None``
+            leaves torch's setting alone. Default 1 (see ``docs/semantic.md``, "At scale").
 
     Raises:
         ConfigError: ``model`` is not a directory, or a bad argument.
@@ -248,6 +257,7 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
         device: str | None = None,
         batch_size: int = 32,
         cache_size: int = DEFAULT_CACHE_SIZE,
+        one_text_threads: int | None = DEFAULT_ONE_TEXT_THREADS,
     ) -> None:
         if importlib.util.find_spec("sentence_transformers") is None:
             raise MissingExtraError("sentence-transformers", "semantic", "the sentence-transformers embedder")
@@ -265,6 +275,10 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
             )
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive integer, not {batch_size!r}")
+        threads = one_text_threads
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ConfigError(f"one_text_threads must be a positive integer or None, not {threads!r}")
+        self._one_text_threads = one_text_threads
         self._path = path
         self._name = name
         self._device = device
@@ -346,8 +360,9 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
 
     def _compute(self, texts: list[str]) -> Vector:
         model = self._load()
+        threads = self._one_text_threads if len(texts) == 1 else None
         try:
-            with self._encode_lock:
+            with self._encode_lock, torch_threads(threads):
                 rows = model.encode(
                     texts,
                     batch_size=self._batch_size,
@@ -361,6 +376,29 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder({str(self._path)!r}, device={self._device!r})"
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with torch's intra-op threads at ``threads`` on this thread, then restore them.
+
+    ``None``, or the number already set, changes nothing. Torch (OpenMP) keeps the setting per
+    thread, so other threads of the process are not affected.
+    """
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    if before == threads:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # -- OpenAI -----------------------------------------------------------------------------------------

@@ -6,6 +6,16 @@ and their expiry times. A search is one matrix-vector product over the partition
 or above the threshold, the best ``k`` picked with ``argpartition``. Removing a row moves the last row
 into its place, so the matrix stays dense.
 
+At scale. Brute force costs a pass over the whole partition (about 18 ms at 100k entries of 384
+dimensions on two cores). A partition of ``exact_below`` entries or more is searched through an HNSW
+graph from `usearch <https://github.com/unum-cloud/usearch>`_ (the ``ann`` extra, Apache-2.0) when it
+is installed: the graph proposes the nearest rows (its keys are the matrix's row numbers, renamed when
+a row moves), and their similarities are recomputed exactly from the matrix, so a candidate's
+similarity, the threshold and the order of the results mean what they mean below that size; only
+*which* rows are found is approximate (recall against exact search is measured by
+``benchmarks/semantic.py`` and tested). Without usearch every partition is searched exactly, and the
+index says so once in the log (``engine`` tells which it uses).
+
 Bounds: each partition keeps at most ``max_entries_per_partition`` entries and the whole index at most
 ``max_entries``; past either, the entries added longest ago go first (a replaced entry counts as newly
 added). Expired entries are never returned; they are dropped when a search meets them, before any
@@ -22,6 +32,7 @@ here waits on I/O.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import threading
 import time
@@ -33,9 +44,23 @@ from cachekit.errors import ConfigError, MissingExtraError
 from cachekit.semantic.base import Candidate, DimensionMismatchError, SemanticError, Vector
 from cachekit.stores.memory import _check_ttl
 
-__all__ = ["MemoryVectorIndex"]
+__all__ = ["MemoryVectorIndex", "ann_available"]
+
+logger = logging.getLogger("cachekit.semantic.index")
 
 _INITIAL_ROWS = 16
+#: Partitions with fewer entries are searched exactly: brute force over them takes well under 1 ms.
+DEFAULT_EXACT_BELOW = 4096
+#: The HNSW search's exploration factor (usearch's ``expansion_search``): chosen with
+#: ``benchmarks/semantic.py`` as the smallest that finds the exact best match for real questions.
+DEFAULT_ANN_EF = 64
+#: Rows the graph is asked for at least (more than ``k``: a candidate can fall below the threshold).
+_ANN_MIN_COUNT = 16
+
+
+def ann_available() -> bool:
+    """Whether the approximate-nearest-neighbour library (``usearch``, the ``ann`` extra) is installed."""
+    return importlib.util.find_spec("usearch") is not None
 
 
 def require_numpy() -> None:
@@ -83,12 +108,14 @@ def positive_int(value: object, name: str) -> int:
 class _Partition:
     """The rows of one partition. Not locked: the index holds its lock around every call."""
 
-    __slots__ = ("dim", "expires", "keys", "macs", "rows", "texts", "vectors")
+    __slots__ = ("ann", "dim", "expires", "keys", "macs", "rows", "texts", "vectors")
 
     def __init__(self, dim: int) -> None:
         import numpy as np
 
         self.dim = dim
+        #: The HNSW graph over the rows (usearch, keyed by row number), or None: searched exactly.
+        self.ann: Any = None
         self.vectors = np.empty((_INITIAL_ROWS, dim), dtype=np.float32)
         self.expires = np.empty(_INITIAL_ROWS, dtype=np.float64)
         self.keys: list[str] = []
@@ -114,14 +141,22 @@ class _Partition:
             self.texts[row] = text
             self.macs[row] = mac
             self.rows.move_to_end(key)
+            if self.ann is not None:
+                self.ann.remove(row)
         self.vectors[row] = vector
         self.expires[row] = expires_at
+        if self.ann is not None:
+            self.ann.add(row, vector, threads=1)
 
     def drop(self, key: str) -> bool:
         row = self.rows.pop(key, None)
         if row is None:
             return False
         last = len(self.keys) - 1
+        if self.ann is not None:
+            self.ann.remove(row)
+            if row != last:
+                self.ann.rename(last, row)  # the graph's keys follow the rows
         if row != last:
             moved = self.keys[last]
             self.vectors[row] = self.vectors[last]
@@ -147,6 +182,34 @@ class _Partition:
     def oldest(self) -> str:
         return next(iter(self.rows))
 
+    def build_ann(self, ef: int) -> None:
+        """Index every row in an HNSW graph (inner product: the rows are unit vectors)."""
+        import numpy as np
+        from usearch.index import Index
+
+        n = len(self.keys)
+        self.ann = Index(ndim=self.dim, metric="ip", dtype="f32", expansion_search=ef)
+        self.ann.add(np.arange(n, dtype=np.uint64), self.vectors[:n])
+
+    def nearest_rows(self, query: Vector, k: int, min_similarity: float) -> tuple[Any, Any]:
+        """Rows of the best matches (graph search when there is a graph, else all rows) and their
+        exact similarities; the caller keeps those >= ``min_similarity``, the best ``k``."""
+        import numpy as np
+
+        n = len(self.keys)
+        if self.ann is None:
+            return np.arange(n), self.vectors[:n] @ query
+        count = min(n, max(k, _ANN_MIN_COUNT))
+        while True:
+            rows = self.ann.search(query, count, threads=1).keys.astype(np.intp)
+            sims = self.vectors[rows] @ query  # exact, as below the threshold
+            # Ask for more only while fewer than k rows qualify and every row found does (then a
+            # qualifying row may lie beyond them).
+            qualified = int((sims >= min_similarity).sum())
+            if qualified >= k or qualified < rows.size or count >= n:
+                return rows, sims
+            count = min(n, 4 * count)
+
     def _resize(self, capacity: int) -> None:
         import numpy as np
 
@@ -165,8 +228,14 @@ class MemoryVectorIndex:
         max_entries_per_partition: a partition's size cap; the oldest-added entries go first.
         max_entries: the whole index's cap, over all partitions (partitions include the earlier turns
             of a conversation, so there can be very many); the oldest-added entries go first.
-            100,000 entries of 384 dimensions take about 150 MB plus their texts.
+            100,000 entries of 384 dimensions take about 150 MB plus their texts, and as much
+            again for the graph where a partition has one (``approximate``).
         clock: the time source for TTLs (epoch seconds).
+        approximate: search partitions of ``exact_below`` entries or more through an HNSW graph
+            (``usearch``, the ``ann`` extra): ``None`` (the default) when it is installed, ``True``
+            requires it, ``False`` always searches exactly.
+        exact_below: the partition size from which the graph is used.
+        ef: the graph search's exploration factor (higher: better recall, slower).
 
     Implements :class:`~cachekit.semantic.base.VectorIndex`.
     """
@@ -177,10 +246,16 @@ class MemoryVectorIndex:
         max_entries_per_partition: int = 10_000,
         max_entries: int = 100_000,
         clock: Callable[[], float] = time.time,
+        approximate: bool | None = None,
+        exact_below: int = DEFAULT_EXACT_BELOW,
+        ef: int = DEFAULT_ANN_EF,
     ) -> None:
         self._cap = positive_int(max_entries_per_partition, "max_entries_per_partition")
         self._total_cap = positive_int(max_entries, "max_entries")
+        self._exact_below = positive_int(exact_below, "exact_below")
+        self._ef = positive_int(ef, "ef")
         require_numpy()
+        self._approximate = _choose_approximate(approximate)
         self._clock = clock
         self._lock = threading.Lock()
         self._parts: dict[str, _Partition] = {}
@@ -198,6 +273,17 @@ class MemoryVectorIndex:
     def max_entries(self) -> int:
         """The size cap of the whole index."""
         return self._total_cap
+
+    @property
+    def engine(self) -> str:
+        """How partitions of ``exact_below`` entries or more are searched: ``"usearch"`` (HNSW,
+        approximate) or ``"numpy"`` (brute force, exact)."""
+        return "usearch" if self._approximate else "numpy"
+
+    @property
+    def exact_below(self) -> int:
+        """The partition size from which the HNSW graph is used (when :attr:`engine` is usearch)."""
+        return self._exact_below
 
     def __len__(self) -> int:
         """How many entries are held (expired ones not yet dropped included)."""
@@ -226,27 +312,25 @@ class MemoryVectorIndex:
             _check_dim(part, query)
             if k <= 0:
                 return []
-            n = len(part)
-            now = self._clock()
-            sims = part.vectors[:n] @ query
-            live = part.expires[:n] > now
-            chosen = np.flatnonzero(live & (sims >= min_similarity))
+            # Expired rows go first, so that whatever is searched next (matrix or graph) is live.
+            for key in part.expired_keys(self._clock()):
+                self._drop(partition, part, key)
+            if partition not in self._parts:
+                return []
+            rows, sims = part.nearest_rows(query, k, min_similarity)
+            chosen = np.flatnonzero(sims >= min_similarity)
             if chosen.size > k:
                 chosen = chosen[np.argpartition(-sims[chosen], k - 1)[:k]]
             chosen = chosen[np.argsort(-sims[chosen], kind="stable")]
-            found = [
+            return [
                 Candidate(
-                    entry_key=part.keys[i],
+                    entry_key=part.keys[rows[i]],
                     similarity=min(1.0, max(-1.0, float(sims[i]))),
-                    text=part.texts[i],
-                    mac=part.macs[i],
+                    text=part.texts[rows[i]],
+                    mac=part.macs[rows[i]],
                 )
                 for i in chosen
             ]
-            if not live.all():
-                for key in part.expired_keys(now):
-                    self._drop(partition, part, key)
-        return found
 
     def add(
         self, partition: str, entry_key: str, vector: Vector, text: str, *, ttl: float | None, mac: str = ""
@@ -278,6 +362,8 @@ class MemoryVectorIndex:
                     self._drop(partition, part, key)
                 while len(part) > self._cap:
                     self._drop(partition, part, part.oldest())
+            if self._approximate and part.ann is None and len(part) >= self._exact_below:
+                part.build_ann(self._ef)
             self._adds_since_sweep += 1
             if self._adds_since_sweep >= max(256, len(self._parts)):
                 self._sweep(now)
@@ -337,12 +423,36 @@ class MemoryVectorIndex:
             self._order.pop((partition, key), None)
             if not part.keys:
                 del self._parts[partition]
+            elif part.ann is not None and len(part) < self._exact_below // 2:
+                part.ann = None  # small again: exact search, and the graph's memory back
 
     def _sweep(self, now: float) -> None:
         self._adds_since_sweep = 0
         for partition, part in list(self._parts.items()):
             for key in part.expired_keys(now):
                 self._drop(partition, part, key)
+
+
+def _choose_approximate(approximate: bool | None) -> bool:
+    """Whether large partitions use the HNSW graph; says so once when the library is missing."""
+    if approximate is not None and not isinstance(approximate, bool):
+        raise ConfigError(f"approximate must be True, False or None, not {approximate!r}")
+    if approximate is False:
+        return False
+    if ann_available():
+        return True
+    if approximate:
+        raise MissingExtraError("usearch", "ann", "approximate search in the memory vector index")
+    if not _warned_exact:
+        _warned_exact.append(True)
+        logger.info(
+            "usearch is not installed (the 'ann' extra): the memory vector index searches every "
+            "partition by brute force, about 18 ms per lookup at 100k entries"
+        )
+    return False
+
+
+_warned_exact: list[bool] = []
 
 
 def _check_dim(part: _Partition, vector: Vector) -> None:
