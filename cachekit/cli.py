@@ -659,7 +659,10 @@ def _add_semantic_eval(commands: Any) -> None:
         "--index-size",
         type=int,
         metavar="N",
-        help="store the first N pairs' a in one partition and ask each b; a hit must serve the query (default: pairwise, one pair per partition)",
+        help=(
+            "store the first N pairs' a in one partition and ask each b; a hit must serve the query "
+            "(default: pairwise, one pair per partition)"
+        ),
     )
     evaluation.add_argument("--curve", action="store_true", help="precision/recall over operating points")
     evaluation.add_argument(
