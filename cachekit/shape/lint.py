@@ -34,6 +34,7 @@ import orjson
 
 from cachekit.errors import CachekitError, ConfigError
 from cachekit.shape.blocks import Block, content_digest, prompt_blocks
+from cachekit.shape.texts import TextMemo
 
 __all__ = ["Finding", "PrefixLintError", "PrefixLinter", "lint_blocks", "lint_request"]
 
@@ -324,23 +325,33 @@ def _compile(patterns: Iterable[Pattern]) -> tuple[re.Pattern[str], ...]:
 
 class _Scanner:
     """Static findings for blocks, with the spans cached per block text (a long system prompt is
-    scanned once, not on every turn). Keeps spans and digests, never text. Thread-safe."""
+    scanned once, not on every turn): by digest, and in front of that by the text itself
+    (:class:`~cachekit.shape.texts.TextMemo`: the texts of blocks reused from a conversation's
+    previous call are found without hashing them again). Thread-safe."""
 
     def __init__(self, patterns: Iterable[Pattern] = (), *, cache_size: int = 1024) -> None:
         self._custom = _compile(patterns)
         self._cache: OrderedDict[bytes, tuple[_Hit, ...]] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        self._texts: TextMemo[tuple[_Hit, ...]] = TextMemo(max_entries=cache_size, max_chars=4 << 20)
 
     def hits(self, block: Block) -> tuple[_Hit, ...]:
         json_like = block.kind not in _TEXT_KINDS
-        key = _digest(b"j" if json_like else b"t", block.text.encode("utf-8", "surrogatepass"))
+        known = self._texts.get(block.text, json_like)
+        if known is None:
+            known = self._hits(block.text, json_like)
+            self._texts.put(block.text, known, json_like)
+        return known
+
+    def _hits(self, text: str, json_like: bool) -> tuple[_Hit, ...]:
+        key = _digest(b"j" if json_like else b"t", text.encode("utf-8", "surrogatepass"))
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-        found = _scan(block.text, json_like, self._custom)
+        found = _scan(text, json_like, self._custom)
         with self._lock:
             self._cache[key] = found
             if len(self._cache) > self._cache_size:
