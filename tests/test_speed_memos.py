@@ -4,6 +4,7 @@ within its bounds, and never lets two texts share a result."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,15 @@ import orjson
 import pytest
 
 from cachekit.shape.blocks import BlockMemo, prompt_blocks
-from cachekit.shape.lint import _TEXT_KINDS, PrefixLinter, _scan, _Scanner, lint_blocks
+from cachekit.shape.lint import (
+    _TEXT_KINDS,
+    PrefixLinter,
+    _digest,
+    _name_digest,
+    _scan,
+    _Scanner,
+    lint_blocks,
+)
 from cachekit.shape.texts import TextMemo
 from cachekit.shape.tokens import TokenEstimator, encoding
 
@@ -46,14 +55,14 @@ class CountingCounter:
 # -- TextMemo ----------------------------------------------------------------------------------------
 
 
-def test_text_memo_returns_what_was_put_by_text_and_tag() -> None:
+def test_text_memo_returns_what_was_put_by_text() -> None:
     memo: TextMemo[int] = TextMemo()
     memo.put("alpha", 1)
-    memo.put("alpha", 2, tag=True)
+    memo.put("beta", 2)
     assert memo.get("alpha") == 1
-    assert memo.get("alpha", True) == 2
     assert memo.get("".join(["al", "pha"])) == 1  # an equal text, another object
     assert memo.get("alphb") is None
+    assert memo.get_many(["beta", "gamma", "alpha"]) == [2, None, 1]
     memo.put("alpha", 3)  # the first value stays: the memory holds pure functions' results
     assert memo.get("alpha") == 1
 
@@ -169,13 +178,15 @@ def test_lint_spans_from_the_memo_equal_a_fresh_scan() -> None:
 
 def test_lint_span_memory_keeps_text_kinds_apart() -> None:
     # The same characters scan differently as prose and as JSON (escapes are blanked in JSON).
-    text = 'value "2026-12-03" and \\u0032026-12-04 here'
-    memo: TextMemo[Any] = TextMemo()
+    text = "ts 2026-12-03\\t10:00 and x \\n2026-12-04 y"
     prose, as_json = _scan(text, False, ()), _scan(text, True, ())
-    memo.put(text, prose, tag=False)
-    memo.put(text, as_json, tag=True)
-    assert memo.get(text, False) == prose
-    assert memo.get(text, True) == as_json
+    assert prose != as_json
+    scanner = _Scanner()
+    as_text = prompt_blocks("anthropic_messages", {"system": text, "messages": []})[0]
+    as_tool = replace(as_text, kind="tool")
+    assert scanner.hits(as_text) == prose
+    assert scanner.hits(as_tool) == as_json
+    assert scanner.hits(as_text) == prose
 
 
 def test_lint_span_memory_stays_bounded() -> None:
@@ -188,7 +199,7 @@ def test_lint_span_memory_stays_bounded() -> None:
     blocks = prompt_blocks("anthropic_messages", body)
     found = scanner.findings(blocks)
     assert [f.where for f in found] == [f"system.{i}" for i in range(40)]
-    assert len(scanner._texts) <= 8
+    assert all(len(memo) <= 8 for memo in scanner._texts.values())
 
 
 def test_a_linter_finds_the_same_on_every_call_of_a_conversation() -> None:
@@ -209,3 +220,11 @@ def test_a_linter_finds_the_same_on_every_call_of_a_conversation() -> None:
     assert {f.code for f in first} == {"timestamp"}
     assert any(f.offset == 14 for f in first)  # the one put in front
     assert again == first
+
+
+def test_tool_name_digests_from_the_memo_equal_the_digest() -> None:
+    names = ["read_file", "write_file", "ß-tool", "read_file"]
+    direct = [_digest(name.encode("utf-8", "surrogatepass")) for name in names]
+    assert [_name_digest(name) for name in names] == direct
+    assert [_name_digest("".join(name)) for name in names] == direct  # equal names, other objects
+    assert direct[0] != direct[1]

@@ -801,9 +801,11 @@ class Planner:
             return routed or Applied(body, model=model)
         if blocks is None:
             blocks = prompt_blocks(dialect, body)
-        raw = self.estimator.counts(b.text for b in blocks)
-        media = any(b.media_tokens for b in blocks)
-        raw = [count + b.media_tokens for count, b in zip(raw, blocks, strict=True)]
+        raw = self.estimator.counts([b.text for b in blocks])
+        extra = [b.media_tokens for b in blocks]
+        media = any(extra)
+        if media:
+            raw = [count + tokens for count, tokens in zip(raw, extra, strict=True)]
         estimate = 0 if media else sum(raw)
         if rules.mode == "automatic":
             # prompt_cache_key is a field of OpenAI's APIs: never put into a Messages body (a host that

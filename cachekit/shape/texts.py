@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Hashable
+from collections.abc import Sequence
 from typing import Generic, TypeVar
 
 __all__ = ["TextMemo"]
@@ -26,13 +26,13 @@ V = TypeVar("V")
 
 
 class TextMemo(Generic[V]):
-    """Values by ``(tag, text)``: at most ``max_entries`` of them and ``max_chars`` characters of text,
-    the oldest going first. Reads take no lock (a dict read is atomic); writes do."""
+    """Values by text: at most ``max_entries`` of them and ``max_chars`` characters of text, the
+    oldest going first. Reads take no lock (a dict read is atomic); writes do."""
 
     def __init__(self, *, max_entries: int = 8192, max_chars: int = 8 << 20) -> None:
         if max_entries < 1 or max_chars < 1:
             raise ValueError(f"bounds must be >= 1, got {max_entries!r} entries, {max_chars!r} chars")
-        self._values: dict[tuple[Hashable, str], V] = {}
+        self._values: dict[str, V] = {}
         self._max_entries = max_entries
         self._max_chars = max_chars
         self._chars = 0
@@ -46,29 +46,33 @@ class TextMemo(Generic[V]):
         """Characters of text held."""
         return self._chars
 
-    def get(self, text: str, tag: Hashable = "") -> V | None:
-        """The value remembered for ``text`` under ``tag``, if any."""
-        return self._values.get((tag, text))
+    def get(self, text: str) -> V | None:
+        """The value remembered for ``text``, if any."""
+        return self._values.get(text)
 
-    def put(self, text: str, value: V, tag: Hashable = "") -> None:
-        """Remember ``value`` for ``text`` under ``tag``; the oldest eighth goes when a bound is passed.
-        A text longer than an eighth of ``max_chars`` is not kept (it would push out everything else)."""
+    def get_many(self, texts: Sequence[str]) -> list[V | None]:
+        """:meth:`get` of each of ``texts`` (one comprehension: a prompt's blocks at once)."""
+        values = self._values
+        return [values.get(text) for text in texts]
+
+    def put(self, text: str, value: V) -> None:
+        """Remember ``value`` for ``text``; the oldest eighth goes when a bound is passed. A text
+        longer than an eighth of ``max_chars`` is not kept (it would push out everything else)."""
         size = len(text)
         if size > self._max_chars // 8:
             return
-        key = (tag, text)
         with self._lock:
-            if key in self._values:
+            if text in self._values:
                 return
-            self._values[key] = value
+            self._values[text] = value
             self._chars += size
             if len(self._values) > self._max_entries or self._chars > self._max_chars:
                 # Oldest first (dicts keep insertion order), an eighth at a time: no per-read bookkeeping.
                 drop = max(1, len(self._values) // 8)
                 for old in list(itertools.islice(self._values, drop)):
                     del self._values[old]
-                    self._chars -= len(old[1])
+                    self._chars -= len(old)
                 while self._chars > self._max_chars:
                     old = next(iter(self._values))
                     del self._values[old]
-                    self._chars -= len(old[1])
+                    self._chars -= len(old)

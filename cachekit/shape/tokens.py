@@ -218,7 +218,11 @@ class TokenEstimator:
 
     def counts(self, texts: Iterable[str]) -> list[int]:
         """Raw counts of several texts."""
-        return [self.count(text) for text in texts]
+        texts = list(texts)
+        # The texts remembered are read in one comprehension; only the others go through count().
+        known = self._texts.get_many(texts)
+        pairs = zip(known, texts, strict=True)
+        return [self.count(text) if count is None else count for count, text in pairs]
 
     def ratio(self, model: str) -> float:
         """Reported tokens per estimated token for ``model`` (``prior`` until a usage was observed)."""
