@@ -213,9 +213,11 @@ class RequestView:
     def of(cls, request: Request, headers: dict[str, str], route: Route) -> RequestView:
         """The view of a routed request (``headers``: its lower-cased snapshot)."""
         content = json_content(request, headers)
-        digest = (
-            hashlib.sha256(route.dialect.encode() + b"\0" + content).digest() if content is not None else b""
-        )
+        digest = b""
+        if content is not None:
+            hasher = hashlib.sha256(route.dialect.encode() + b"\0")
+            hasher.update(content)  # not concatenated first: no copy of the body
+            digest = hasher.digest()
         return cls(request, headers, route, content, digest)
 
     def parsed(self) -> dict[str, Any] | None:

@@ -34,6 +34,7 @@ import orjson
 
 from cachekit.errors import CachekitError, ConfigError
 from cachekit.shape.blocks import Block, content_digest, prompt_blocks
+from cachekit.shape.texts import TextMemo
 
 __all__ = ["Finding", "PrefixLintError", "PrefixLinter", "lint_blocks", "lint_request"]
 
@@ -244,6 +245,18 @@ def _digest(*parts: bytes) -> bytes:
     return hasher.digest()
 
 
+# Tool names' digests: a pure function of the name, asked for every tool on every call.
+_NAME_DIGESTS: TextMemo[bytes] = TextMemo(max_entries=4096, max_chars=256 << 10)
+
+
+def _name_digest(name: str) -> bytes:
+    found = _NAME_DIGESTS.get(name)
+    if found is None:
+        found = _digest(name.encode("utf-8", "surrogatepass"))
+        _NAME_DIGESTS.put(name, found)
+    return found
+
+
 def _block_digest(block: Block) -> bytes:
     """``_digest(block.content)``: computed with the block by :func:`~cachekit.shape.blocks.prompt_blocks`
     (reused across calls for a conversation's unchanged prefix), else here."""
@@ -324,23 +337,37 @@ def _compile(patterns: Iterable[Pattern]) -> tuple[re.Pattern[str], ...]:
 
 class _Scanner:
     """Static findings for blocks, with the spans cached per block text (a long system prompt is
-    scanned once, not on every turn). Keeps spans and digests, never text. Thread-safe."""
+    scanned once, not on every turn): by digest, and in front of that by the text itself
+    (:class:`~cachekit.shape.texts.TextMemo`: the texts of blocks reused from a conversation's
+    previous call are found without hashing them again). Thread-safe."""
 
     def __init__(self, patterns: Iterable[Pattern] = (), *, cache_size: int = 1024) -> None:
         self._custom = _compile(patterns)
         self._cache: OrderedDict[bytes, tuple[_Hit, ...]] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        # Prose and JSON text scan differently (JSON escapes are blanked): one memory for each.
+        self._texts: dict[bool, TextMemo[tuple[_Hit, ...]]] = {
+            json_like: TextMemo(max_entries=cache_size, max_chars=2 << 20) for json_like in (False, True)
+        }
 
     def hits(self, block: Block) -> tuple[_Hit, ...]:
         json_like = block.kind not in _TEXT_KINDS
-        key = _digest(b"j" if json_like else b"t", block.text.encode("utf-8", "surrogatepass"))
+        texts = self._texts[json_like]
+        known = texts.get(block.text)
+        if known is None:
+            known = self._hits(block.text, json_like)
+            texts.put(block.text, known)
+        return known
+
+    def _hits(self, text: str, json_like: bool) -> tuple[_Hit, ...]:
+        key = _digest(b"j" if json_like else b"t", text.encode("utf-8", "surrogatepass"))
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-        found = _scan(block.text, json_like, self._custom)
+        found = _scan(text, json_like, self._custom)
         with self._lock:
             self._cache[key] = found
             if len(self._cache) > self._cache_size:
@@ -492,9 +519,10 @@ class _Call:
 
     def snapshot(self) -> _Snapshot:
         def contents(blocks: list[tuple[int, Block]]) -> tuple[bytes, ...]:
-            return tuple(_block_digest(block) for _, block in blocks)
+            # _block_digest inlined: this runs over every block of the conversation on every call.
+            return tuple(block.digest or content_digest(block.content) for _, block in blocks)
 
-        names = (_digest(name.encode("utf-8", "surrogatepass")) for name in self.tool_names)
+        names = (_name_digest(name) for name in self.tool_names)
         return _Snapshot(
             model=_value_digest(self.body.get("model")),
             tools=tuple(zip(names, contents(self.tools), strict=True)),
@@ -503,7 +531,7 @@ class _Call:
             # One bytes object of 8-byte digests (not one object per block: long conversations are
             # kept by the thousand). A trailing assistant prefill is left out: the next call replaces
             # it with the whole answer, which is not a rewrite of history.
-            messages=b"".join(_block_digest(block) for _, block in self.messages[: self._kept()]),
+            messages=b"".join(contents(self.messages[: self._kept()])),
         )
 
     def _kept(self) -> int:

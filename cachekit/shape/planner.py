@@ -42,6 +42,7 @@ import dataclasses
 import hashlib
 import itertools
 import logging
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
@@ -94,6 +95,7 @@ _LONG: Ttl = "1h"
 _FIVE_MINUTES = 300.0
 _ONE_HOUR = 3600.0
 _ANTHROPIC_DIALECTS = ("anthropic_messages", "anthropic_count_tokens")
+_SECTION = operator.attrgetter("section")
 
 
 class PlanError(ValueError):
@@ -291,10 +293,15 @@ def _section_end(blocks: Sequence[Block], section: str) -> int | None:
     Sections come in prefix order (tools, system, messages), so the search stops at the first block
     of an earlier section.
     """
-    index = len(blocks) - 1
-    while index >= 0 and blocks[index].section != section:
-        index -= 1
-    while index >= 0 and blocks[index].section == section:
+    # The sections are read in C and the last block of ``section`` found by ``list.index`` on the
+    # reversed list: looking for the tools' end no longer walks every message block in Python (the
+    # planner asks six times a request).
+    sections = list(map(_SECTION, blocks))
+    try:
+        index = len(sections) - 1 - sections[::-1].index(section)
+    except ValueError:
+        return None
+    while index >= 0 and sections[index] == section:
         if blocks[index].eligible:
             return index
         index -= 1
@@ -633,9 +640,7 @@ class PlanMemory:
                 if gap < entry.ttl:
                     last_write = index
                     break
-            anchor = next(
-                (i for i in range(last_write or -1, floor, -1) if self._anchors(hashes[i], now)), None
-            )
+            anchor = self._anchor(hashes, range(last_write or -1, floor, -1), now)
             for index in stable:
                 entry = self._entries.get(hashes[index])
                 if entry is None:
@@ -648,10 +653,15 @@ class PlanMemory:
             last_write, frozenset(long_gap), long_conversation, conversation_gap, stable_gap, anchor
         )
 
-    def _anchors(self, key: bytes, now: float) -> bool:
-        """Whether ``key``'s entry is a live 1-hour one (the caller holds the lock)."""
-        entry = self._entries.get(key)
-        return entry is not None and entry.ttl >= _ONE_HOUR and now - entry.last_used < entry.ttl
+    def _anchor(self, hashes: Sequence[bytes], indexes: range, now: float) -> int | None:
+        """The first of ``indexes`` whose prefix holds a live 1-hour entry (the caller holds the lock).
+        One loop without a call per block: it runs over most of a long conversation's blocks."""
+        entries = self._entries
+        for index in indexes:
+            entry = entries.get(hashes[index])
+            if entry is not None and entry.ttl >= _ONE_HOUR and now - entry.last_used < entry.ttl:
+                return index
+        return None
 
     def record(
         self, hashes: Sequence[bytes], markers: Sequence[tuple[int, float]], read: int | None, now: float
@@ -791,9 +801,11 @@ class Planner:
             return routed or Applied(body, model=model)
         if blocks is None:
             blocks = prompt_blocks(dialect, body)
-        raw = self.estimator.counts(b.text for b in blocks)
-        media = any(b.media_tokens for b in blocks)
-        raw = [count + b.media_tokens for count, b in zip(raw, blocks, strict=True)]
+        raw = self.estimator.counts([b.text for b in blocks])
+        extra = [b.media_tokens for b in blocks]
+        media = any(extra)
+        if media:
+            raw = [count + tokens for count, tokens in zip(raw, extra, strict=True)]
         estimate = 0 if media else sum(raw)
         if rules.mode == "automatic":
             # prompt_cache_key is a field of OpenAI's APIs: never put into a Messages body (a host that

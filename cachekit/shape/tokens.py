@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cachekit.errors import MissingExtraError
+from cachekit.shape.texts import TextMemo
 
 __all__ = ["TiktokenTokenizer", "TokenCounter", "TokenEstimator", "cache_home", "default_counter", "encoding"]
 
@@ -142,7 +143,10 @@ class TokenEstimator:
     """Token estimates for prompt blocks, calibrated per model from the usage providers report.
 
     ``count`` is the counter's raw figure for a text, cached by the text's hash (at most
-    ``cache_size`` texts), so a conversation's unchanged blocks are counted once. ``ratio(model)`` is
+    ``cache_size`` texts), so a conversation's unchanged blocks are counted once; in front of that,
+    a :class:`~cachekit.shape.texts.TextMemo` keyed by the text itself (at most ``cache_size`` texts
+    and ``cache_chars`` characters) answers the blocks reused from a conversation's previous call
+    without hashing them again. ``ratio(model)`` is
     the provider's reported prompt tokens relative to the estimate for the same prompt, learned
     online by :meth:`observe` as an exponential moving average (weight ``smoothing``, ``prior`` until
     the first report; the first four reports are averaged), each report clamped to ``[0.5, 2.5]`` so
@@ -157,6 +161,7 @@ class TokenEstimator:
         prior: float = 1.0,
         smoothing: float = 0.2,
         cache_size: int = 65_536,
+        cache_chars: int = 8 << 20,
         max_models: int = 1_024,
         min_observed: int = 64,
     ) -> None:
@@ -171,6 +176,7 @@ class TokenEstimator:
         self._max_models = max_models
         self._min_observed = min_observed
         self._counts: OrderedDict[bytes, int] = OrderedDict()
+        self._texts: TextMemo[int] = TextMemo(max_entries=cache_size, max_chars=cache_chars)
         self._ratios: OrderedDict[str, tuple[float, int]] = OrderedDict()  # model -> (ratio, samples)
         self._lock = threading.Lock()
 
@@ -183,11 +189,20 @@ class TokenEstimator:
 
     def count(self, text: str) -> int:
         """The raw token count of ``text``."""
-        if len(text) < 32:  # hashing costs as much as counting a short text
-            return self.counter.count(text) if text else 0
+        if not text:
+            return 0
         if len(text) > _LONG_TEXT:
             # A huge tool result would hold the request for a second of tokenizing: 4 bytes a token.
             return math.ceil(len(text.encode("utf-8", "surrogatepass")) / 4)
+        known = self._texts.get(text)  # the same text as a block reused from the previous call: no hashing
+        if known is not None:
+            return known
+        # A digest costs as much as counting a short text.
+        counted = self.counter.count(text) if len(text) < 32 else self._count_by_digest(text)
+        self._texts.put(text, counted)
+        return counted
+
+    def _count_by_digest(self, text: str) -> int:
         digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         # A dict read is atomic: the hot path takes no lock. Eviction is oldest-first (not LRU), which
         # costs a recount now and then but no bookkeeping on every hit.
@@ -203,7 +218,11 @@ class TokenEstimator:
 
     def counts(self, texts: Iterable[str]) -> list[int]:
         """Raw counts of several texts."""
-        return [self.count(text) for text in texts]
+        texts = list(texts)
+        # The texts remembered are read in one comprehension; only the others go through count().
+        known = self._texts.get_many(texts)
+        pairs = zip(known, texts, strict=True)
+        return [self.count(text) if count is None else count for count, text in pairs]
 
     def ratio(self, model: str) -> float:
         """Reported tokens per estimated token for ``model`` (``prior`` until a usage was observed)."""
