@@ -121,7 +121,9 @@ def _bodies(draw: Any) -> dict[str, Any]:
     nested = [slot for slot in slots if slot.startswith("nested:")]
     pool = nested if nested and draw(st.booleans()) else slots  # blocks outnumber nested slots
     automatic = draw(st.booleans())
-    chosen = draw(st.lists(st.sampled_from(pool), max_size=3 if automatic else 4, unique=True))
+    # A body can have no slot at all (every block ineligible): then the caller placed nothing.
+    limit = 3 if automatic else 4
+    chosen = draw(st.lists(st.sampled_from(pool), max_size=limit, unique=True)) if pool else []
     chosen.sort(key=slots.index)  # prefix order
     long = draw(st.integers(0, len(chosen)))
     for k, where in enumerate(chosen):
@@ -132,9 +134,10 @@ def _bodies(draw: Any) -> dict[str, Any]:
             body = add_marker(body, where, ttl)
     if automatic:
         last = prompt_blocks("anthropic_messages", body)
-        target = next(b for b in reversed(last) if b.eligible)
-        ttl = target.marker.get("ttl", "5m") if target.marker else "5m"
-        body["cache_control"] = {"type": "ephemeral", "ttl": ttl}
+        target = next((b for b in reversed(last) if b.eligible), None)
+        if target is not None:  # no eligible block: nothing for the automatic marker to land on
+            ttl = target.marker.get("ttl", "5m") if target.marker else "5m"
+            body["cache_control"] = {"type": "ephemeral", "ttl": ttl}
     return body
 
 
