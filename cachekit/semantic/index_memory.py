@@ -189,7 +189,8 @@ class _Partition:
 
         n = len(self.keys)
         self.ann = Index(ndim=self.dim, metric="ip", dtype="f32", expansion_search=ef)
-        self.ann.add(np.arange(n, dtype=np.uint64), self.vectors[:n])
+        # One thread: the same graph every time (and no cores taken behind the caller's back).
+        self.ann.add(np.arange(n, dtype=np.uint64), self.vectors[:n], threads=1)
 
     def nearest_rows(self, query: Vector, k: int, min_similarity: float) -> tuple[Any, Any]:
         """Rows of the best matches (graph search when there is a graph, else all rows) and their
