@@ -136,14 +136,14 @@ def test_token_counts_of_a_conversation_equal_the_counter_and_repeat_without_cou
 def test_token_count_memory_stays_bounded_and_recounts_what_it_let_go() -> None:
     counter = CountingCounter()
     estimator = TokenEstimator(counter=counter, cache_size=4)
-    texts = [f"text number {i} " * 4 for i in range(10)]  # over 32 characters: the digest path too
+    texts = [f"text number {i} " * 4 for i in range(10)]
     counts = [estimator.count(text) for text in texts]
     assert counts == [encoding("o200k_base").count(text) for text in texts]
     assert counter.calls == 10
     assert estimator.count(texts[-1]) == counts[-1]
     assert counter.calls == 10  # the newest is remembered
     assert estimator.count(texts[0]) == counts[0]
-    assert counter.calls == 11  # the oldest was let go, in both memories: counted again
+    assert counter.calls == 11  # the oldest was let go: counted again
 
 
 def test_short_texts_are_remembered_too() -> None:

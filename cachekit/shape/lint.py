@@ -336,19 +336,17 @@ def _compile(patterns: Iterable[Pattern]) -> tuple[re.Pattern[str], ...]:
 
 
 class _Scanner:
-    """Static findings for blocks, with the spans cached per block text (a long system prompt is
-    scanned once, not on every turn): by digest, and in front of that by the text itself
-    (:class:`~cachekit.shape.texts.TextMemo`: the texts of blocks reused from a conversation's
-    previous call are found without hashing them again). Thread-safe."""
+    """Static findings for blocks, with the spans remembered per block text (a long system prompt is
+    scanned once, not on every turn) in a :class:`~cachekit.shape.texts.TextMemo` keyed by the text
+    itself: the texts of blocks reused from a conversation's previous call are found without
+    hashing them again. Thread-safe."""
 
     def __init__(self, patterns: Iterable[Pattern] = (), *, cache_size: int = 1024) -> None:
         self._custom = _compile(patterns)
-        self._cache: OrderedDict[bytes, tuple[_Hit, ...]] = OrderedDict()
-        self._cache_size = cache_size
-        self._lock = threading.Lock()
-        # Prose and JSON text scan differently (JSON escapes are blanked): one memory for each.
+        # Prose and JSON text scan differently (JSON escapes are blanked): one memory for each. A
+        # text over an eighth of max_chars (1 MiB of characters) is scanned on every call.
         self._texts: dict[bool, TextMemo[tuple[_Hit, ...]]] = {
-            json_like: TextMemo(max_entries=cache_size, max_chars=2 << 20) for json_like in (False, True)
+            json_like: TextMemo(max_entries=cache_size, max_chars=8 << 20) for json_like in (False, True)
         }
 
     def hits(self, block: Block) -> tuple[_Hit, ...]:
@@ -356,23 +354,9 @@ class _Scanner:
         texts = self._texts[json_like]
         known = texts.get(block.text)
         if known is None:
-            known = self._hits(block.text, json_like)
+            known = _scan(block.text, json_like, self._custom)
             texts.put(block.text, known)
         return known
-
-    def _hits(self, text: str, json_like: bool) -> tuple[_Hit, ...]:
-        key = _digest(b"j" if json_like else b"t", text.encode("utf-8", "surrogatepass"))
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
-                return cached
-        found = _scan(text, json_like, self._custom)
-        with self._lock:
-            self._cache[key] = found
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return found
 
     def findings(self, blocks: Sequence[Block]) -> list[Finding]:
         found: list[Finding] = []

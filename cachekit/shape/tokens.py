@@ -142,11 +142,10 @@ def default_counter() -> TokenCounter:
 class TokenEstimator:
     """Token estimates for prompt blocks, calibrated per model from the usage providers report.
 
-    ``count`` is the counter's raw figure for a text, cached by the text's hash (at most
-    ``cache_size`` texts), so a conversation's unchanged blocks are counted once; in front of that,
-    a :class:`~cachekit.shape.texts.TextMemo` keyed by the text itself (at most ``cache_size`` texts
-    and ``cache_chars`` characters) answers the blocks reused from a conversation's previous call
-    without hashing them again. ``ratio(model)`` is
+    ``count`` is the counter's raw figure for a text, remembered in a
+    :class:`~cachekit.shape.texts.TextMemo` keyed by the text itself (at most ``cache_size`` texts
+    and ``cache_chars`` characters), so a conversation's unchanged blocks are counted once and the
+    blocks reused from its previous call are found without hashing them again. ``ratio(model)`` is
     the provider's reported prompt tokens relative to the estimate for the same prompt, learned
     online by :meth:`observe` as an exponential moving average (weight ``smoothing``, ``prior`` until
     the first report; the first four reports are averaged), each report clamped to ``[0.5, 2.5]`` so
@@ -172,10 +171,8 @@ class TokenEstimator:
         self._counter = counter
         self._prior = float(prior)
         self._smoothing = float(smoothing)
-        self._cache_size = cache_size
         self._max_models = max_models
         self._min_observed = min_observed
-        self._counts: OrderedDict[bytes, int] = OrderedDict()
         self._texts: TextMemo[int] = TextMemo(max_entries=cache_size, max_chars=cache_chars)
         self._ratios: OrderedDict[str, tuple[float, int]] = OrderedDict()  # model -> (ratio, samples)
         self._lock = threading.Lock()
@@ -197,23 +194,8 @@ class TokenEstimator:
         known = self._texts.get(text)  # the same text as a block reused from the previous call: no hashing
         if known is not None:
             return known
-        # A digest costs as much as counting a short text.
-        counted = self.counter.count(text) if len(text) < 32 else self._count_by_digest(text)
-        self._texts.put(text, counted)
-        return counted
-
-    def _count_by_digest(self, text: str) -> int:
-        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-        # A dict read is atomic: the hot path takes no lock. Eviction is oldest-first (not LRU), which
-        # costs a recount now and then but no bookkeeping on every hit.
-        found = self._counts.get(digest)
-        if found is not None:
-            return found
         counted = self.counter.count(text)
-        with self._lock:
-            self._counts[digest] = counted
-            while len(self._counts) > self._cache_size:
-                self._counts.popitem(last=False)
+        self._texts.put(text, counted)
         return counted
 
     def counts(self, texts: Iterable[str]) -> list[int]:
