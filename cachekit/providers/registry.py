@@ -11,7 +11,16 @@ from dataclasses import dataclass
 
 from cachekit._types import Dialect
 
-__all__ = ["CREDENTIAL_HEADERS", "ENDPOINTS", "PROVIDERS", "Provider", "Route", "error_body", "route_request"]
+__all__ = [
+    "CREDENTIAL_HEADERS",
+    "ENDPOINTS",
+    "PROVIDERS",
+    "RULES_AS",
+    "Provider",
+    "Route",
+    "error_body",
+    "route_request",
+]
 
 # Path suffixes of the endpoints cachekit caches, longest first so ".../messages/count_tokens" is not
 # mistaken for ".../messages". Suffixes (not whole paths) because compatible providers mount the same
@@ -105,6 +114,8 @@ PROVIDERS: tuple[Provider, ...] = (
 )
 
 _BY_HOST: dict[str, Provider] = {host: p for p in PROVIDERS for host in p.hosts}
+#: Providers billed by another's caching rules (Azure OpenAI by OpenAI's): provider -> whose rules.
+RULES_AS: dict[str, str] = {p.name: p.rules_as for p in PROVIDERS if p.rules_as}
 
 
 @dataclass(frozen=True, slots=True)

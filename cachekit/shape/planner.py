@@ -62,6 +62,7 @@ from cachekit.providers.breakpoints import (
     rebind,
 )
 from cachekit.providers.cache_rules import MARKER_FIELDS, CacheRules, UnknownProviderError, cache_rules
+from cachekit.providers.registry import RULES_AS
 from cachekit.shape.blocks import (
     Block,
     ChainMemo,
@@ -763,11 +764,8 @@ class Planner:
     def rules(self, provider: str, model: str) -> CacheRules | None:
         """The caching rules of ``provider``'s ``model`` (those of the provider it follows, for Azure
         OpenAI), or ``None`` when cachekit has none."""
-        from cachekit.providers.registry import PROVIDERS
-
-        same = next((p.rules_as for p in PROVIDERS if p.name == provider and p.rules_as), provider)
         try:
-            return self.rules_for(same, model)
+            return self.rules_for(RULES_AS.get(provider, provider), model)
         except UnknownProviderError:
             return None
 
