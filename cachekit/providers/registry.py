@@ -15,6 +15,7 @@ __all__ = [
     "CREDENTIAL_HEADERS",
     "ENDPOINTS",
     "PROVIDERS",
+    "ROUTING_HEADERS",
     "RULES_AS",
     "Provider",
     "Route",
@@ -116,6 +117,8 @@ PROVIDERS: tuple[Provider, ...] = (
 _BY_HOST: dict[str, Provider] = {host: p for p in PROVIDERS for host in p.hosts}
 #: Providers billed by another's caching rules (Azure OpenAI by OpenAI's): provider -> whose rules.
 RULES_AS: dict[str, str] = {p.name: p.rules_as for p in PROVIDERS if p.rules_as}
+#: Providers that route a conversation to one cache server by a header (xAI's x-grok-conv-id).
+ROUTING_HEADERS: dict[str, str] = {p.name: p.routing_header for p in PROVIDERS if p.routing_header}
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,7 @@ from cachekit.providers.breakpoints import (
     rebind,
 )
 from cachekit.providers.cache_rules import MARKER_FIELDS, CacheRules, UnknownProviderError, cache_rules
-from cachekit.providers.registry import RULES_AS
+from cachekit.providers.registry import ROUTING_HEADERS, RULES_AS
 from cachekit.shape.blocks import (
     Block,
     ChainMemo,
@@ -487,9 +487,7 @@ def _routed(provider: str, dialect: str, body: dict[str, Any], model: str) -> Ap
     """xAI: its Chat Completions route a conversation to one cache server by the ``x-grok-conv-id``
     header, its Responses API by ``prompt_cache_key`` ("It functions identically to setting
     x-grok-conv-id"); set from the stable prefix's hash as for OpenAI, the caller's own kept."""
-    from cachekit.providers.registry import PROVIDERS
-
-    header = next((p.routing_header for p in PROVIDERS if p.name == provider), None)
+    header = ROUTING_HEADERS.get(provider)
     if header is None or not dialect.startswith("openai"):
         return None
     if dialect == "openai_chat":
@@ -817,6 +815,7 @@ class Planner:
         caller_uses_it = any(b.marker is not None or b.nested for b in blocks)
         if rules.provider == "bailian" and not rules.automatic_caching and not caller_uses_it:
             return Applied(body, estimate=estimate, model=model)
+        as_written = blocks  # prompt_cache_key hashes the sections as written, as for automatic caching
         blocks = rebind(dialect, body, blocks, rules)
         ratio = self.estimator.ratio(model)
         tokens = [round(count * ratio) for count in raw]
@@ -854,7 +853,7 @@ class Planner:
             and body.get("prompt_cache_key") is None
         ):
             # Kept on GPT-5.6 and later: it still routes requests that share a prefix together.
-            key = prompt_cache_key(dialect, body)
+            key = prompt_cache_key(dialect, body, as_written)
             plan = dataclasses.replace(plan, body={**plan.body, "prompt_cache_key": key})
         writes = tuple((index, rules.lifetime(ttl)) for index, ttl in plan.writes)
         if logger.isEnabledFor(logging.DEBUG):
