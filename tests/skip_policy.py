@@ -36,6 +36,7 @@ import pytest
 __all__ = [
     "ALLOWED_MARKERS",
     "STRICT_ENV",
+    "Module",
     "pytest_make_collect_report",
     "pytest_pycollect_makemodule",
     "pytest_runtest_makereport",
@@ -96,7 +97,7 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     """A module skipped for a missing package is reported at its import line; in a strict run, a
     skipped module (``importorskip`` at its top, a missing package) is a collection error."""
     report = yield
-    if report.skipped and isinstance(collector, _Module) and collector.missing is not None:
+    if report.skipped and isinstance(collector, Module) and collector.missing is not None:
         reason, line = collector.missing
         report.longrepr = (str(collector.path), line, f"Skipped: {reason}")
     if report.skipped and strict():
@@ -105,7 +106,8 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     return report
 
 
-class _Module(pytest.Module):
+class Module(pytest.Module):
+    # Named as pytest's own, so that --collect-only shows <Module ...> as usual.
     """A test module whose import fails for want of an optional package is skipped, saying which."""
 
     #: Why it was skipped and the line of the import that failed, once known.
@@ -137,8 +139,8 @@ class _Module(pytest.Module):
 
 
 def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module:
-    """Collect test modules as :class:`_Module` (a missing optional package skips the module)."""
-    module: pytest.Module = _Module.from_parent(parent, path=module_path)
+    """Collect test modules as :class:`Module` (a missing optional package skips the module)."""
+    module: pytest.Module = Module.from_parent(parent, path=module_path)
     return module
 
 
