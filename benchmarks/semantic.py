@@ -13,6 +13,9 @@ vectors; a tie with another entry counts as found).
 The aims: a median lookup of 2 ms or less at 100k entries, on Redis 8 and in memory.
 
     python benchmarks/semantic.py [--sizes 1000,10000,100000] [--queries 300] [--pairs PATH]
+
+The Redis 8 server is ``$CACHEKIT_REDIS8_SERVER`` (or a Redis 8 ``redis-server`` on PATH):
+``export CACHEKIT_REDIS8_SERVER=$(bash scripts/_redis.sh redis8)`` finds or unpacks one.
 """
 
 from __future__ import annotations

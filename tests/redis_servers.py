@@ -4,13 +4,12 @@ Not a conftest: test modules import what they use: the fixtures by name (``from
 tests.redis_servers import redis7_server``), or the classes, e.g. ``RedisServer(redis7_binary())``
 for a private server that a test may kill, pause or restart.
 
-* :func:`redis7_binary` / :func:`redis8_binary` find the servers (``CACHEKIT_REDIS7_SERVER`` /
-  ``CACHEKIT_REDIS8_SERVER``, else ``redis-server`` on PATH if it is 7.x; for Redis 8,
-  ``bash scripts/_redis.sh redis8``, which finds or installs one: on PATH, the distribution's package,
-  or on Debian 12 Debian 13's packages unpacked under ``~/.cache/cachekit/redis8``). A missing Redis 7
-  fails the test with the way to install it; where no Redis 8 can be had, the Redis 8 tests are
-  skipped with the reason the script gives (``CACHEKIT_REDIS8_UNAVAILABLE`` when ``scripts/test``
-  already asked).
+* :func:`redis7_binary` / :func:`redis8_binary` find the servers: ``CACHEKIT_REDIS7_SERVER`` /
+  ``CACHEKIT_REDIS8_SERVER``, else ``redis-server`` on PATH when it is that version. Tests never install
+  a server: ``scripts/test`` provides both before pytest starts (``scripts/_redis.sh``: the
+  distribution's Redis 7, and a Redis 8 on PATH or unpacked from Debian 13's packages) and exports the
+  two variables. Where a server is missing the test skips, saying how to get one; with
+  ``CACHEKIT_NO_SKIPS`` or ``CI`` set that skip is a failure (``tests/skip_policy.py``).
 * :class:`RedisServer` is one ``redis-server`` on a free loopback port in a temporary directory, with
   ``start``/``stop``/``restart``/``pause``/``debug_sleep``; :class:`RedisCluster3` is three cluster
   masters joined without ``redis-cli``.
@@ -56,21 +55,17 @@ __all__ = [
     "server_version",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-REDIS_SH = REPO_ROOT / "scripts" / "_redis.sh"
-
-_INSTALL_7 = (
-    "Redis 7.x is needed (plain key-value tests). Install it with `apt-get install redis-server` "
-    "(Debian 12 ships 7.0) or point CACHEKIT_REDIS7_SERVER at a redis-server 7.x executable."
+#: How to get a server, said by every skip for a missing one.
+_HOW = (
+    "Run the tests with scripts/test, which provides every server before pytest starts, or point "
+    "{var} at a redis-server {major}.x executable ({where})."
 )
-_INSTALL_8 = (
-    "Redis 8.x is needed. `bash scripts/_redis.sh redis8` prints (and installs if needed) a Redis 8 "
-    "server, or point CACHEKIT_REDIS8_SERVER at a redis-server 8.x executable."
-)
+_WHERE = {
+    7: "Debian 12's `apt-get install redis-server` is 7.0",
+    8: "`bash scripts/_redis.sh redis8` finds or unpacks one and prints its path",
+}
 
-_binaries: dict[str, str] = {}
-#: Why a server cannot be had, once found out: asked once per process.
-_unavailable: dict[str, str] = {}
+_binaries: dict[int, str] = {}
 _binaries_lock = threading.Lock()
 
 
@@ -86,71 +81,46 @@ def server_version(binary: str) -> tuple[int, int, int] | None:
     return None if found is None else (int(found[1]), int(found[2]), int(found[3]))
 
 
-def _checked(binary: str, major: int, source: str, how: str) -> str:
-    version = server_version(binary)
-    if version is None or version[0] != major:
-        shown = "does not run" if version is None else "is version " + ".".join(map(str, version))
-        pytest.fail(f"{source} = {binary!r} {shown}, not Redis {major}.x. {how}", pytrace=False)
-    return binary
+def _shown(version: tuple[int, int, int] | None) -> str:
+    return "does not run" if version is None else "is version " + ".".join(map(str, version))
+
+
+def _binary(major: int) -> str:
+    """The Redis ``major``.x server of ``CACHEKIT_REDIS{major}_SERVER``, else ``redis-server`` on PATH
+    when it is that version. Nothing is installed here: where there is none, the calling test skips,
+    saying how to get one (a failure in a strict run: tests/skip_policy.py). A variable that names
+    something else fails the test: that is a mistake, not a missing server."""
+    var = f"CACHEKIT_REDIS{major}_SERVER"
+    how = _HOW.format(var=var, major=major, where=_WHERE[major])
+    with _binaries_lock:
+        if major in _binaries:
+            return _binaries[major]
+        env = os.environ.get(var)
+        if env:
+            version = server_version(env)
+            if version is None or version[0] != major:
+                pytest.fail(f"{var} = {env!r} {_shown(version)}, not Redis {major}.x. {how}", pytrace=False)
+            _binaries[major] = env
+            return env
+        found = shutil.which("redis-server")
+        version = None if found is None else server_version(found)
+        if found is not None and version is not None and version[0] == major:
+            _binaries[major] = found
+            return found
+    on_path = (
+        "there is no redis-server on PATH" if found is None else f"redis-server on PATH {_shown(version)}"
+    )
+    pytest.skip(f"no Redis {major}.x server: {var} is not set and {on_path}. {how}")
 
 
 def redis7_binary() -> str:
-    """The path of a Redis 7.x server; fails the calling test (with how to install one) if none."""
-    with _binaries_lock:
-        if "7" not in _binaries:
-            env = os.environ.get("CACHEKIT_REDIS7_SERVER")
-            if env:
-                _binaries["7"] = _checked(env, 7, "CACHEKIT_REDIS7_SERVER", _INSTALL_7)
-            else:
-                found = shutil.which("redis-server")
-                version = None if found is None else server_version(found)
-                if found is None or version is None or version[0] != 7:
-                    pytest.fail(f"no Redis 7.x server found (redis-server on PATH: {found}). {_INSTALL_7}")
-                _binaries["7"] = found
-        return _binaries["7"]
+    """The path of a Redis 7.x server; skips the calling test, saying how to get one, if there is none."""
+    return _binary(7)
 
 
 def redis8_binary() -> str:
-    """The path of a Redis 8.x server; skips the calling test, saying why, where none can be had.
-
-    A ``CACHEKIT_REDIS8_SERVER`` that is not Redis 8 fails it: that is a mistake, not a missing server.
-    """
-    with _binaries_lock:
-        if "8" not in _binaries:
-            env = os.environ.get("CACHEKIT_REDIS8_SERVER")
-            if env:
-                _binaries["8"] = _checked(env, 8, "CACHEKIT_REDIS8_SERVER", _INSTALL_8)
-            elif "8" not in _unavailable:
-                found = _redis8_from_script()
-                if found is not None:
-                    _binaries["8"] = _checked(found, 8, "scripts/_redis.sh", _INSTALL_8)
-        if "8" not in _binaries:
-            pytest.skip(f"no Redis 8 server: {_unavailable['8']}")
-        return _binaries["8"]
-
-
-def _redis8_from_script() -> str | None:
-    """The Redis 8 server ``scripts/_redis.sh`` finds or installs; ``None`` (the reason noted) if none."""
-    reason = os.environ.get("CACHEKIT_REDIS8_UNAVAILABLE")  # scripts/test asked already
-    if not reason:
-        try:
-            # It may download packages the first time: give it minutes, not seconds.
-            proc = subprocess.run(
-                ["bash", str(REDIS_SH), "redis8"], capture_output=True, text=True, timeout=600, check=False
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            reason = f"bash scripts/_redis.sh redis8 failed: {exc}"
-        else:
-            path = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 0 else []
-            if path:
-                return path[0]
-            # Its last line says why (the lines before it are progress).
-            lines = proc.stderr.strip().splitlines() or [
-                f"bash scripts/_redis.sh redis8 exited {proc.returncode}"
-            ]
-            reason = lines[-1].removeprefix("scripts/_redis.sh: no Redis 8: ")
-    _unavailable["8"] = reason
-    return None
+    """The path of a Redis 8.x server; skips the calling test, saying how to get one, if there is none."""
+    return _binary(8)
 
 
 def escape_glob(text: str) -> str:

@@ -50,6 +50,57 @@ def test_every_marker_of_every_page_expands(page: Path, caplog: pytest.LogCaptur
     assert "<!-- cachekit:" not in expanded
 
 
+#: Markers whose text names what genai-prices covers: generated without it, they read differently.
+NEEDS_GENAI_PRICES = ("<!-- cachekit:prices ", "<!-- cachekit:providers -->")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
+def test_every_generated_section_is_committed_and_current(
+    page: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pages are read in the repository (there is no hosted site): every generated section is in
+    the file, and is what the generator prints from today's data and code."""
+    name = page.relative_to(ROOT).as_posix()
+    text = page.read_text()
+    assert generated.bare_markers(text) == [], f"{name} lacks generated text: run scripts/gen-docs, commit"
+    if any(marker in text for marker in NEEDS_GENAI_PRICES):
+        pytest.importorskip("genai_prices")
+    with caplog.at_level(logging.WARNING, logger="mkdocs.hooks.cachekit"):
+        fresh = generated.refresh(text, str(page))
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert fresh == text, f"{name} is stale: run scripts/gen-docs and commit it"
+
+
+def test_a_data_change_makes_the_page_stale_and_the_check_names_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("genai_prices")
+    page = tmp_path / "providers.md"
+    page.write_text((DOCS / "providers.md").read_text())
+    assert generated.main(["--check", str(page)]) == 0
+    import cachekit.providers
+
+    # A provider dropped from the registry: the routing table the page commits is no longer true.
+    monkeypatch.setattr(cachekit.providers, "PROVIDERS", cachekit.providers.PROVIDERS[:-1])
+    assert generated.main(["--check", str(page)]) == 1
+    assert capsys.readouterr().out == f"{page}: stale (run scripts/gen-docs)\n"
+
+
+def test_regenerating_makes_bare_markers_blocks_and_keeps_blocks_apart() -> None:
+    page = (
+        "<!-- cachekit:usage glm -->\n\ntext\n\n<!-- cachekit:usage kimi -->\nold\n<!-- /cachekit:usage -->\n"
+    )
+    assert generated.bare_markers(page) == ["<!-- cachekit:usage glm -->"]
+    fresh = generated.refresh(page)
+    glm, kimi = generated.usage_section("glm"), generated.usage_section("kimi")
+    assert fresh == (
+        f"<!-- cachekit:usage glm -->\n{glm}\n<!-- /cachekit:usage -->\n\ntext\n\n"
+        f"<!-- cachekit:usage kimi -->\n{kimi}\n<!-- /cachekit:usage -->\n"
+    )
+    assert generated.bare_markers(fresh) == []
+    assert generated.refresh(fresh) == fresh
+
+
 def test_an_unknown_marker_or_provider_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     text = "<!-- cachekit:nope -->\n\n<!-- cachekit:prices nobody -->\n"
     with caplog.at_level(logging.WARNING, logger="mkdocs.hooks.cachekit"):

@@ -19,11 +19,15 @@ The data files are read through cachekit's own loaders (so inherited fields and 
 library's), and the examples are computed by the library: the pages cannot drift from the code. An
 unknown marker or provider is a warning, which ``mkdocs build --strict`` turns into a failure.
 
-A page that must also read well unrendered (in the repository) commits the generated text: the marker
-then opens a block that ``<!-- /cachekit:KIND -->`` closes, and the text between them is what the
-generator printed. ``python docs/hooks/generated.py`` rewrites every such block under ``docs/`` from the
-code (``--check``: exit 1, naming the stale pages, instead of writing); a test keeps the committed text
-equal to what the generator prints. The site build regenerates a block like any other marker.
+Every page commits the generated text, so that it reads complete in the repository too (there is no
+hosted site): the marker opens a block that ``<!-- /cachekit:KIND -->`` closes, and the text between
+them is what the generator printed. ``scripts/gen-docs`` (``python docs/hooks/generated.py``) rewrites
+every block under ``docs/`` from the code, and turns a bare marker into a block (``--check``: exit 1,
+naming the stale pages, instead of writing); ``tests/test_docs.py`` fails while a page holds a bare
+marker or a block that differs from what the generator prints, so a change to the data files or the
+command line is committed with its docs. The site build regenerates each block like a marker, so the
+site shows the same text. The generated text is plain Markdown (no MkDocs-only syntax): it is read on
+the code host as it is.
 """
 
 from __future__ import annotations
@@ -41,11 +45,17 @@ from typing import Any
 log = logging.getLogger("mkdocs.hooks.cachekit")
 
 _MARKER = re.compile(r"^<!-- cachekit:([a-z-]+)(?: ([A-Za-z0-9_.-]+))? -->$", re.MULTILINE)
-# A committed block: the marker, the generated text, and a closing marker of the same kind.
+# A committed block: the marker, the generated text, and a closing marker of the same kind. The text
+# may hold no other marker line: a bare marker before a block never swallows the text up to that
+# block's end.
 _BLOCK = re.compile(
-    r"^(<!-- cachekit:([a-z-]+)(?: ([A-Za-z0-9_.-]+))? -->)\n.*?^(<!-- /cachekit:\2 -->)$",
-    re.MULTILINE | re.DOTALL,
+    r"^(<!-- cachekit:([a-z-]+)(?: ([A-Za-z0-9_.-]+))? -->)\n"
+    r"(?:(?!<!-- /?cachekit:)[^\n]*\n)*?"
+    r"^(<!-- /cachekit:\2 -->)$",
+    re.MULTILINE,
 )
+#: The command that rewrites the committed blocks (what a stale page's message tells to run).
+COMMAND = "scripts/gen-docs"
 #: The width the command line's help is laid out in (a terminal's width would make the text vary).
 HELP_WIDTH = 100
 
@@ -276,8 +286,8 @@ def cache_rules_table(provider: str | None) -> str:
             notes[r.prefix or "(default)"] = r.note
     text = _table(header, body)
     if notes:
-        text += '\n\n??? quote "What the rows quote (`cache_rules.json` notes)"\n\n'
-        text += "\n".join(f"    * **{k}**: {_cell(v)}" for k, v in notes.items())
+        text += "\n\nWhat the rows quote (`cache_rules.json` notes):\n\n"
+        text += "\n".join(f"* **{k}**: {_cell(v)}" for k, v in notes.items())
     return text
 
 
@@ -499,13 +509,36 @@ def expand(markdown: str, where: str = "a page") -> str:
 
 
 def refresh(markdown: str, where: str = "a page") -> str:
-    """``markdown`` with the text of each committed block generated again (markers kept)."""
+    """``markdown`` with the text of each committed block generated again (markers kept), and each bare
+    marker made a block of its text."""
 
     def block(match: re.Match[str]) -> str:
         text = _generate(match.group(2), match.group(3), where)
         return match.group(0) if text is None else f"{match.group(1)}\n{text}\n{match.group(4)}"
 
-    return _BLOCK.sub(block, markdown)
+    def marker(match: re.Match[str]) -> str:
+        text = _generate(match.group(1), match.group(2), where)
+        return (
+            match.group(0)
+            if text is None
+            else f"{match.group(0)}\n{text}\n<!-- /cachekit:{match.group(1)} -->"
+        )
+
+    # Blocks first; then the markers outside any block (a block's own opening marker is not bare).
+    parts = []
+    last = 0
+    for match in _BLOCK.finditer(markdown):
+        parts.append(_MARKER.sub(marker, markdown[last : match.start()]))
+        parts.append(block(match))
+        last = match.end()
+    parts.append(_MARKER.sub(marker, markdown[last:]))
+    return "".join(parts)
+
+
+def bare_markers(markdown: str) -> list[str]:
+    """The markers of ``markdown`` that open no committed block (their text is missing in the file)."""
+    outside = _BLOCK.sub("", markdown)
+    return [match.group(0) for match in _MARKER.finditer(outside)]
 
 
 def on_page_markdown(markdown: str, *, page: Any, **kwargs: Any) -> str:
@@ -516,7 +549,7 @@ def on_page_markdown(markdown: str, *, page: Any, **kwargs: Any) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Rewrite the committed blocks of the docs pages from the code (``--check``: only report)."""
     parser = argparse.ArgumentParser(
-        prog="python docs/hooks/generated.py", description="Regenerate the docs' committed generated text."
+        prog=COMMAND, description="Regenerate the docs' committed generated text."
     )
     parser.add_argument("pages", nargs="*", type=Path, help="pages to refresh (default: every docs page)")
     parser.add_argument("--check", action="store_true", help="exit 1 naming stale pages; write nothing")
@@ -531,7 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stale.append(str(page))
             if not args.check:
                 page.write_text(fresh)
-    verb = "stale (run python docs/hooks/generated.py)" if args.check else "rewritten"
+    verb = f"stale (run {COMMAND})" if args.check else "rewritten"
     for page in stale:
         print(f"{page}: {verb}")
     return 1 if stale and args.check else 0
