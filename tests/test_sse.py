@@ -1067,6 +1067,15 @@ def test_usage_stripper_gives_the_same_bytes_however_the_stream_is_cut(cuts: lis
     assert strip([raw[a:b] for a, b in itertools.pairwise(points)]) == expected
 
 
+def test_usage_stripper_gives_the_same_bytes_cut_anywhere_in_a_crlf_stream() -> None:
+    """Every single cut, including each one between a CR and its LF (a CR ends no line until the
+    next byte shows it is not a CRLF: a usage chunk ended early would leave its blank line behind)."""
+    raw = fixture("chat_usage").replace(b"\n", b"\r\n")
+    expected = without_usage(fixture("chat_usage")).replace(b"\n", b"\r\n")
+    for cut in range(len(raw) + 1):
+        assert strip([raw[:cut], raw[cut:]]) == expected, cut
+
+
 def test_usage_stripper_hands_each_event_over_as_soon_as_it_ends() -> None:
     """No buffering beyond the event being read: feeding an event returns it at once."""
     _, blocks = split_fixture(fixture("chat_usage"))

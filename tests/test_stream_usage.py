@@ -187,6 +187,7 @@ def test_a_stream_recorded_without_usage_serves_only_streams_that_did_not_ask(ha
     assert usage.total_tokens > 0
     assert harness.upstream.calls == 2
     assert stats(sdk).incomplete_entries == 1
+    assert stored(harness)[1].usage is True  # the document that overwrote the entry, and says so
     asked = drain(
         sdk,
         sdk.call("chat.completions.create", **chat(), stream=True, stream_options={"include_usage": True}),
