@@ -2,9 +2,9 @@
 
 Layout: ``b"CKR1"``, a 4-byte big-endian length, a JSON header (status, headers, creation time, form,
 whether the answer carries its usage, body length and a BLAKE2b digest of the body), then the body
-bytes. Decoding checks all of it, so a
-truncated, tampered or foreign value is a :class:`~cachekit.errors.CorruptEntryError` (a miss), never
-a wrong answer. JSON only: nothing is ever unpickled.
+bytes. Decoding checks all of it, so a truncated, tampered or foreign value is a
+:class:`~cachekit.errors.CorruptEntryError` (a miss), never a wrong answer. JSON only: nothing is ever
+unpickled.
 """
 
 from __future__ import annotations
