@@ -27,7 +27,7 @@ from typing import Any
 import anyio.to_thread
 import httpx2
 
-from cachekit._http import Request, Response, library_of
+from cachekit._http import Request, Response, build_response, library_of
 from cachekit.cache import Cache, CacheLike, as_cache
 from cachekit.pipeline import Effect, Exchange, Load, Offload, PipelineStats, Read, Save, Send, Tee, Wait
 from cachekit.stores.base import AsyncStore, Store
@@ -130,11 +130,20 @@ class _TeeState:
         self._tee.stored(exc)
 
     def _handed(self, chunk: bytes) -> bytes:
-        """Record ``chunk`` on its way to the caller, whose turn it now is (a stream it holds unread
-        is a stalled single-flight leader)."""
+        """Record ``chunk`` as it came; what the caller gets of it now (a rewrite may hold back an
+        event not yet ended). When that is something, it is the caller's turn (a stream it holds
+        unread is a stalled single-flight leader)."""
         self._tee.recorder.feed(chunk)
-        self._tee.idle(True)
-        return chunk
+        rewrite = self._tee.rewrite
+        passed = chunk if rewrite is None else rewrite.feed(chunk)
+        if passed:
+            self._tee.idle(True)
+        return passed
+
+    def _rest(self) -> bytes:
+        """At the end of the stream: what a rewrite still held (an event the stream never ended)."""
+        rewrite = self._tee.rewrite
+        return b"" if rewrite is None else rewrite.flush()
 
     def _asked(self) -> None:
         """The caller asked for more: from here the stream waits on the provider, not on it."""
@@ -154,8 +163,11 @@ class _SyncTee(_TeeState):
         try:
             self._asked()
             for chunk in self._inner:
-                yield self._handed(chunk)
-                self._asked()
+                if passed := self._handed(chunk):
+                    yield passed
+                    self._asked()
+            if rest := self._rest():
+                yield rest
         except GeneratorExit:
             # httpx closes streams through close(), so this is the garbage collector finalizing an
             # abandoned stream: finish on the worker, since a finalizer may run while this very
@@ -198,8 +210,11 @@ class _AsyncTee(_TeeState):
         try:
             self._asked()
             async for chunk in self._inner:
-                yield self._handed(chunk)
-                self._asked()
+                if passed := self._handed(chunk):
+                    yield passed
+                    self._asked()
+            if rest := self._rest():
+                yield rest
         finally:
             await self._end()
 
@@ -255,6 +270,21 @@ class _Deferred:
 
 
 _defer = _Deferred()
+
+
+# Headers that describe the body as it came, not as rewritten (its length, its encoding: the body in
+# hand is already decoded).
+_BODY_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding"})
+
+
+def _rewritten(response: Response, tee: Tee) -> Response | None:
+    """For an in-memory response (read whole before cachekit saw it, as mock transports build them)
+    that ``tee`` rewrites: a response with the rewritten body, for the caller. ``None``: no rewrite."""
+    if tee.rewrite is None:
+        return None
+    body = tee.rewrite.feed(response.content) + tee.rewrite.flush()
+    headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _BODY_HEADERS]
+    return build_response(library_of(response), response.status_code, headers, body)
 
 
 def _tee_class(library: ModuleType, is_async: bool) -> type[Any]:
@@ -350,8 +380,8 @@ class CachingTransport(_CachingBase, httpx2.BaseTransport):
                 if response.is_stream_consumed:  # an in-memory response was read when it was built
                     effect.recorder.feed(response.content)
                     tee.close()
-                else:
-                    response.stream = tee
+                    return _rewritten(response, effect)
+                response.stream = tee
                 return None
             raise TypeError(f"unknown effect {effect!r}")
 
@@ -423,8 +453,8 @@ class AsyncCachingTransport(_CachingBase, httpx2.AsyncBaseTransport):
                 if response.is_stream_consumed:  # an in-memory response was read when it was built
                     effect.recorder.feed(response.content)
                     await tee.aclose()
-                else:
-                    response.stream = tee
+                    return _rewritten(response, effect)
+                response.stream = tee
                 return None
             raise TypeError(f"unknown effect {effect!r}")
 

@@ -13,8 +13,10 @@ every response against an oracle written from the documented contract:
    endpoint's own error shape, with no upstream call;
 4. a 2xx answer is stored at most once, and only when it is a complete answer of its API (a JSON
    document as docs/exact.md defines one: a stop reason, ...); the identical request again is then
-   a hit with the same body;
-5. a request that cachekit says depends on server state or live data is a bypass like any other.
+   a hit with the same body, unless the entry lacks the usage its form always carries (then a miss);
+5. a request that cachekit says depends on server state or live data is a bypass like any other;
+6. a Chat stream the caller asked without ``stream_options.include_usage`` goes upstream asking for
+   usage (the caller's other stream options kept), and the caller gets the stream without it.
 
 Bodies: random JSON values, valid requests with one mutated field (wrong types, integers beyond 64
 bits, NaN-ish strings, lone surrogates, deep nesting), random bytes (invalid UTF-8 too) and empty
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +41,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import cachekit
+from cachekit.exact import sse
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 
@@ -75,6 +79,7 @@ class Answer:
     chunks: list[bytes] = field(default_factory=list)
     ended: bool = False  # the whole body was produced (always true for in-memory bodies)
     error: BaseException | None = None
+    sent: bytes | None = None  # the request body that reached the upstream
 
     @property
     def body(self) -> bytes:
@@ -138,7 +143,7 @@ class RecordingUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         return response
 
     def handle_request(self, request: Any) -> Any:
-        answer = Answer(scripted=self._arm())
+        answer = Answer(scripted=self._arm(), sent=request.read())
         self.answers.append(answer)
         try:
             response = self.fake.handle_request(request)
@@ -148,7 +153,7 @@ class RecordingUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         return self._record(answer, response, _SyncRecording)
 
     async def handle_async_request(self, request: Any) -> Any:
-        answer = Answer(scripted=self._arm())
+        answer = Answer(scripted=self._arm(), sent=await request.aread())
         self.answers.append(answer)
         try:
             response = await self.fake.handle_async_request(request)
@@ -379,6 +384,48 @@ class Entry:
     body: bytes
     form: str  # "json" or "sse"
     lasting: bool  # its ttl outlives the example for sure
+    served: bytes  # what the caller got when it was stored (a Chat stream: without the usage asked for it)
+    usage: bool  # the answer carries its usage
+
+
+_USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
+
+
+def carries_usage(form: str, body: bytes) -> bool:
+    """Whether a stored answer holds its usage (a document's ``usage`` object; a stream's usage event)."""
+    if form == "sse":
+        return _USAGE_OBJECT.search(body) is not None
+    data = orjson.loads(body)
+    return isinstance(data, dict) and isinstance(data.get("usage"), dict)
+
+
+def include_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def wants_usage(endpoint: str, body: dict[str, Any]) -> bool:
+    """docs/exact.md: the forms that always carry usage (every document; Messages and Responses streams;
+    a Chat stream that set include_usage)."""
+    return body.get("stream") is not True or endpoint != "chat" or include_usage(body)
+
+
+def asks_usage(endpoint: str, body: dict[str, Any]) -> bool:
+    """docs/exact.md: a Chat stream without include_usage (whose stream_options is an object, or
+    absent) is sent asking for usage."""
+    options = body.get("stream_options")
+    return (
+        endpoint == "chat"
+        and body.get("stream") is True
+        and not include_usage(body)
+        and (options is None or isinstance(options, dict))
+    )
+
+
+def without_usage(stream: bytes) -> bytes:
+    """The stream as the caller gets it when cachekit asked for usage on its behalf."""
+    stripper = sse.UsageStripper()
+    return stripper.feed(stream) + stripper.flush()
 
 
 def control_problem(headers: httpx2.Headers) -> str | None:
@@ -537,13 +584,17 @@ def check(
     streaming = body.get("stream") is True
     if mode != "refresh" and entry is not None:
         same_form = (entry.form == "sse") == streaming
-        if tag == "hit" or (same_form and entry.lasting):
+        if wants_usage(case.endpoint, body) and not entry.usage:
+            # An entry without usage is never served in a form that always carries it: a miss.
+            assert tag == "miss"
+            event(f"miss: {entry.form} entry without usage")
+        elif tag == "hit" or (same_form and entry.lasting):
             assert tag == "hit"
             assert answers == []
             assert writes == []
             assert response.status_code == entry.status
             if same_form:
-                assert response.content == entry.body
+                assert response.content == entry.served
             event(f"hit {entry.form} as {'sse' if streaming else 'json'}")
             return entry
         # Otherwise the entry could not be served in this form (a stored document that is no answer of
@@ -560,23 +611,37 @@ def check(
     assert tag == "miss"
     [answer] = answers
     assert answer.ended
-    assert (response.status_code, response.content) == (answer.status, answer.body)
+    asked = asks_usage(case.endpoint, body)
+    assert answer.sent is not None
+    sent = orjson.loads(answer.sent)
+    options = body.get("stream_options")
+    if asked:
+        assert sent["stream_options"] == {**(options or {}), "include_usage": True}
+    else:
+        assert sent.get("stream_options") == options
+    media = answer.content_type.split(";", 1)[0].strip().lower()
+    rewritten = asked and 200 <= answer.status < 300 and media == "text/event-stream"
+    expected = without_usage(answer.body) if rewritten else answer.body
+    assert (response.status_code, response.content) == (answer.status, expected)
     if not 200 <= answer.status < 300:
         assert writes == [], f"a {answer.status} answer was stored"
         event(f"miss non-2xx scripted={answer.scripted}")
         return entry
-    media = answer.content_type.split(";", 1)[0].strip().lower()
     lasting = lasting_ttl(sent_headers)
     if streaming and media == "text/event-stream":
         assert len(writes) <= 1
         if not answer.scripted:
             assert len(writes) == 1  # a complete stream from the provider is stored
-        event(f"miss 2xx sse stored={bool(writes)}")
-        return Entry(answer.status, answer.body, "sse", lasting) if writes else entry
+            assert carries_usage("sse", answer.body)  # asked for, when the caller did not
+        event(f"miss 2xx sse stored={bool(writes)} usage_asked={asked}")
+        if not writes:
+            return entry
+        return Entry(answer.status, answer.body, "sse", lasting, expected, carries_usage("sse", answer.body))
     if media == "application/json" and _is_json(answer.body) and complete_answer(case.endpoint, answer.body):
         assert len(writes) == 1
         event(f"miss 2xx json stored scripted={answer.scripted}")
-        return Entry(answer.status, answer.body, "json", lasting)
+        usage = carries_usage("json", answer.body)
+        return Entry(answer.status, answer.body, "json", lasting, answer.body, usage)
     assert writes == []
     event("miss 2xx unstorable")
     return entry
@@ -765,16 +830,16 @@ def test_oracle_can_fail() -> None:
     case = Case("chat", orjson.dumps(base_body("chat")), "application/json", {}, None)
     world = World(RecordingUpstream(), CountingStore())
     request = httpx2.Headers({"content-type": "application/json"})
-    error = Answer(scripted=True, status=500, content_type="application/json", chunks=[b"{}"], ended=True)
+    error = Answer(True, 500, "application/json", [b"{}"], ended=True, sent=case.body)
     passed = httpx2.Response(500, headers={"x-cachekit-cache": "miss"}, content=b"{}")
     with pytest.raises(AssertionError, match="500 answer was stored"):
         check(world, case, request, passed, [error], [("k", b"v")], None)
     changed = httpx2.Response(500, headers={"x-cachekit-cache": "miss"}, content=b"{ }")
     with pytest.raises(AssertionError):
         check(world, case, request, changed, [error], [], None)
-    stored = Entry(200, b"{}", "json", lasting=True)
+    stored = Entry(200, b"{}", "json", lasting=True, served=b"{}", usage=True)
     missed = httpx2.Response(200, headers={"x-cachekit-cache": "miss"}, content=b"{}")
-    ok = Answer(scripted=False, status=200, content_type="application/json", chunks=[b"{}"], ended=True)
+    ok = Answer(False, 200, "application/json", [b"{}"], ended=True, sent=case.body)
     with pytest.raises(AssertionError):
         check(world, case, request, missed, [ok], [("k", b"v")], stored)
     with pytest.raises(ZeroDivisionError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -1001,12 +1002,18 @@ def test_restream_chat_keeps_a_usage_stream_for_include_usage() -> None:
 
 @pytest.mark.parametrize("name", ["chat_usage", "chat_tool_calls"])
 def test_restream_chat_drops_the_usage_chunk_without_include_usage(name: str) -> None:
+    """Without include_usage the API sends neither the usage-only chunk nor ``"usage": null`` on the
+    other chunks; every other byte of the stored stream is replayed as stored (comments included)."""
     raw = fixture(name)
     replay = sse.restream("openai_chat", raw, include_usage=False)
+    head, blocks = split_fixture(raw)
+    assert b'"usage":null' in raw  # the stream was recorded with include_usage
+    expected = head + b"".join(
+        block.replace(b',"usage":null', b"") for block in blocks if b'"choices":[],"usage"' not in block
+    )
+    assert replay == expected
     kept = decode([replay])
-    original = decode([raw])
-    assert len(kept) == len(original) - 1
-    assert [e for e in original if '"choices":[]' not in e.data] == kept
+    assert len(kept) == len(decode([raw])) - 1
     assert kept[-1].data == "[DONE]"
     assert record("openai_chat", replay) == replay
     expected = {k: v for k, v in sse.assemble("openai_chat", raw).items() if k != "usage"}
@@ -1028,3 +1035,95 @@ def test_restream_chat_adds_usage_fields_for_include_usage() -> None:
     assert all(chunk["usage"] is None for chunk in chunks)  # the usage itself was never recorded
     assert sse.assemble("openai_chat", replay) == sse.assemble("openai_chat", raw)
     assert record("openai_chat", replay) == replay
+
+
+# ---------------------------------------------------------------------------------------------
+# UsageStripper: a Chat stream asked for usage, as the caller that did not ask gets it
+
+
+def strip(chunks: list[bytes]) -> bytes:
+    stripper = sse.UsageStripper()
+    return b"".join(stripper.feed(chunk) for chunk in chunks) + stripper.flush()
+
+
+def without_usage(raw: bytes) -> bytes:
+    """The expected bytes, written independently: LF-framed events, one data line each."""
+    head, blocks = split_fixture(raw)
+    kept = [block for block in blocks if b'"choices":[],"usage"' not in block]
+    return head + b"".join(block.replace(b',"usage":null', b"") for block in kept)
+
+
+@settings(max_examples=60, deadline=None, database=None, derandomize=True)
+@given(
+    cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=12),
+    style=st.sampled_from(["\n", "\r\n", "\r"]),
+)
+def test_usage_stripper_gives_the_same_bytes_however_the_stream_is_cut(cuts: list[int], style: str) -> None:
+    """Chunk boundaries fall anywhere (inside a line, between CR and LF): the output is the same, and
+    keeps the stream's own line ends."""
+    raw = fixture("chat_usage").replace(b"\n", style.encode())
+    expected = without_usage(fixture("chat_usage")).replace(b"\n", style.encode())
+    points = sorted({min(cut, len(raw)) for cut in cuts} | {0, len(raw)})
+    assert strip([raw[a:b] for a, b in itertools.pairwise(points)]) == expected
+
+
+def test_usage_stripper_gives_the_same_bytes_cut_anywhere_in_a_crlf_stream() -> None:
+    """Every single cut, including each one between a CR and its LF (a CR ends no line until the
+    next byte shows it is not a CRLF: a usage chunk ended early would leave its blank line behind)."""
+    raw = fixture("chat_usage").replace(b"\n", b"\r\n")
+    expected = without_usage(fixture("chat_usage")).replace(b"\n", b"\r\n")
+    for cut in range(len(raw) + 1):
+        assert strip([raw[:cut], raw[cut:]]) == expected, cut
+
+
+def test_usage_stripper_hands_each_event_over_as_soon_as_it_ends() -> None:
+    """No buffering beyond the event being read: feeding an event returns it at once."""
+    _, blocks = split_fixture(fixture("chat_usage"))
+    stripper = sse.UsageStripper()
+    first = stripper.feed(blocks[0][:-1])  # the event's blank line has not arrived yet
+    assert first == b""
+    assert stripper.feed(b"\n") == blocks[0].replace(b',"usage":null', b"")
+    assert stripper.feed(b": keep-alive\n") == b": keep-alive\n"  # a comment passes at once
+    usage_chunk = next(block for block in blocks if b'"choices":[],"usage"' in block)
+    assert stripper.feed(usage_chunk) == b""
+    assert stripper.feed(b"data: [DONE]\n\n") == b"data: [DONE]\n\n"
+    assert stripper.flush() == b""
+
+
+def test_usage_stripper_cuts_the_member_in_any_spacing_and_keeps_everything_else() -> None:
+    spaced = b'data: {"id": "c", "choices": [{"index": 0, "delta": {"content": "x"}}], "usage": null}\n\n'
+    assert strip([spaced]) == b'data: {"id": "c", "choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n'
+    first = b'data:{"usage":null, "id":"c","choices":[]}\r\n\r\n'  # no space after the colon, usage first
+    assert strip([first]) == b'data:{"id":"c","choices":[]}\r\n\r\n'
+    # A nested "usage": null is not the chunk's: the member is written again without the top-level one.
+    nested = b'data: {"choices":[{"index":0,"delta":{"usage":null}}],"usage":null}\n\n'
+    out = strip([nested])
+    assert orjson.loads(out[len(b"data: ") : -2]) == {"choices": [{"index": 0, "delta": {"usage": None}}]}
+    # Several data lines, an event name and an id line: the data is written back in place.
+    multi = b'event: chunk\ndata: {"choices":[],\ndata: "usage":null}\nid: 7\n\n'
+    assert strip([multi]) == b'event: chunk\ndata: {"choices":[]}\nid: 7\n\n'
+
+
+def test_usage_stripper_leaves_what_is_not_the_asked_usage() -> None:
+    """A chunk whose usage rides with its choices (a provider that always sends it), a chunk that
+    never mentions usage, data that is not JSON, and a stream cut mid-event all pass as they came."""
+    inline = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"total_tokens":3}}'
+    inline += b"\n\n"
+    plain = b'data: {"choices":[{"index":0,"delta":{"content":"usage"}}]}\n\n'
+    junk = b'data: {"usage": nul\n\n'
+    cut = b'data: {"choices":[],"usage":{"total_tokens":3}}\n'  # no blank line: never ended
+    for raw in (inline, plain, junk, cut, b"", b": only a comment\n"):
+        assert strip([raw]) == raw
+
+
+def test_a_stream_recorder_keeps_the_message_it_assembled() -> None:
+    recorder = sse.StreamRecorder("openai_chat")
+    raw = fixture("chat_usage")
+    recorder.feed(raw)
+    assert recorder.message is None
+    assert recorder.complete() == raw
+    assert recorder.message == sse.assemble("openai_chat", raw)
+    cut = sse.StreamRecorder("openai_chat")
+    cut.feed(raw[:100])
+    assert cut.complete() is None
+    assert cut.message is None

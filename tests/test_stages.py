@@ -15,9 +15,10 @@ from cachekit.breaker import CircuitBreaker
 from cachekit.config import CacheConfig
 from cachekit.context import CallPolicy
 from cachekit.cost.ledger import Ledger, MemorySink
+from cachekit.exact import sse
 from cachekit.pipeline import Effect, Load, Offload, Pipeline, Read, Save, Send, Wait
 from cachekit.pipeline.controls import BadControl, bypass_reason, read_control
-from cachekit.pipeline.exact import lookup
+from cachekit.pipeline.exact import lacks, lookup
 from cachekit.pipeline.key import Keyer
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import Form, RequestView
@@ -329,6 +330,69 @@ def test_the_exact_lookup_yields_one_load_and_serves_the_wanted_form() -> None:
     assert runtime.stats.corrupt_entries == 1
     assert run(ConnectionError("down"), throw=True) == (None, True, None)
     assert runtime.stats.store_errors == 1
+
+
+CHAT_STREAM = sse.synthesize("openai_chat", CHAT_ANSWER, include_usage=True)
+CHAT_STREAM_BARE = sse.synthesize("openai_chat", {k: v for k, v in CHAT_ANSWER.items() if k != "usage"})
+DOCUMENT, STREAM, STREAM_WITH_USAGE = Form(False, False), Form(True, False), Form(True, True)
+
+
+@pytest.mark.parametrize(
+    ("body", "form", "usage", "servable"),
+    [
+        # What the record says it holds decides; the body is not read then.
+        (orjson.dumps(CHAT_ANSWER), "json", True, {DOCUMENT, STREAM, STREAM_WITH_USAGE}),
+        (b"not read", "json", False, {STREAM}),
+        (CHAT_STREAM, "sse", True, {DOCUMENT, STREAM, STREAM_WITH_USAGE}),
+        (b"not read", "sse", False, {STREAM}),
+        # A record written before the fact was kept: its body says.
+        (orjson.dumps(CHAT_ANSWER), "json", None, {DOCUMENT, STREAM, STREAM_WITH_USAGE}),
+        (orjson.dumps({**CHAT_ANSWER, "usage": None}), "json", None, {STREAM}),
+        (CHAT_STREAM, "sse", None, {DOCUMENT, STREAM, STREAM_WITH_USAGE}),
+        (CHAT_STREAM_BARE, "sse", None, {STREAM}),
+    ],
+)
+def test_an_entry_is_served_only_in_the_forms_whose_usage_it_holds(
+    body: bytes, form: record.BodyForm, usage: bool | None, servable: set[Form]
+) -> None:
+    entry = record.CachedResponse(200, (), body, 0.0, form, usage)
+    for wanted in (DOCUMENT, STREAM, STREAM_WITH_USAGE):
+        assert (lacks(entry, "openai_chat", wanted) is None) == (wanted in servable), wanted
+
+
+def test_every_form_of_messages_and_responses_carries_usage() -> None:
+    entry = record.CachedResponse(200, (), b"{}", 0.0, "json", usage=False)
+    for dialect in ("anthropic_messages", "openai_responses"):
+        for wanted in (DOCUMENT, STREAM):
+            assert lacks(entry, dialect, wanted) == "usage"
+    assert lacks(entry, "anthropic_count_tokens", DOCUMENT) is None  # counting tokens has no usage
+
+
+def test_an_entry_without_usage_is_one_counted_miss_and_an_unreadable_old_one_is_corrupt() -> None:
+    runtime = Runtime(
+        CacheConfig(store="memory://", ledger=False),
+        lambda: 0.0,
+        CircuitBreaker(failure_threshold=5, cooldown=30.0),
+    )
+
+    def run(entry: record.CachedResponse, form: Form, *, again: bool = False) -> tuple[Any, ...]:
+        step = lookup(runtime, "k", "openai_chat", form, again=again)
+        assert next(step) == Load("k")
+        try:
+            step.send(record.encode(entry))
+        except StopIteration as stop:
+            return tuple(stop.value)
+        raise AssertionError("one Load only")
+
+    bare = record.CachedResponse(200, (), CHAT_STREAM_BARE, 0.0, "sse", usage=False)
+    assert run(bare, STREAM)[0] is not None
+    assert run(bare, DOCUMENT) == (None, False, None)
+    assert runtime.stats.incomplete_entries == 1
+    assert run(bare, STREAM_WITH_USAGE, again=True) == (None, False, None)  # a leader's second look
+    assert runtime.stats.incomplete_entries == 1
+    garbled = record.CachedResponse(200, (), b"{not json", 0.0, "json", usage=None)
+    assert run(garbled, DOCUMENT) == (None, False, None)
+    assert runtime.stats.corrupt_entries == 1
 
 
 # -- stages 6 to 8: upstream, store, record cost; and the driver ---------------------------------

@@ -140,7 +140,11 @@ def test_stream_and_document_forms_share_one_entry(
         assert original.stop_reason == "tool_use"
 
 
-@pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("*.sse")), ids=lambda p: p.stem)
+# chat_text is a Chat stream without usage: it serves only streams that did not ask for usage
+# (tests/test_stream_usage.py), never the document form or the stream helper's include_usage.
+@pytest.mark.parametrize(
+    "fixture", sorted(p for p in FIXTURES.glob("*.sse") if p.stem != "chat_text"), ids=lambda p: p.stem
+)
 def test_recorded_streams_cross_serve(harness: Harness, fixture: Path) -> None:
     """Real provider event sequences (text, parallel tool calls, thinking) recorded, then replayed in
     both forms; the SDK sees the same result each time. (Lenient validation: the documented examples
@@ -236,18 +240,26 @@ class HeldStream(httpx2.BaseTransport):
 
 
 def test_streamed_miss_passes_chunks_through_as_they_arrive() -> None:
-    """The recorder adds no buffering: the first chunk reaches the caller while the upstream still
-    holds back the rest (were it buffered, the upstream's wait would time out first)."""
+    """The recorder adds no buffering, nor does taking out the usage cachekit asked for on the caller's
+    behalf: the first chunk reaches the caller while the upstream still holds back the rest (were it
+    buffered, the upstream's wait would time out first)."""
     upstream = HeldStream()
-    with httpx2.Client(transport=cachekit.CachingTransport(upstream, cache=MemoryStore())) as client:
+    store = MemoryStore()
+    with httpx2.Client(transport=cachekit.CachingTransport(upstream, cache=store)) as client:
         body = {**openai_chat(), "stream": True}
+        body.pop("stream_options", None)
         with client.stream("POST", "https://api.openai.com/v1/chat/completions", json=body) as response:
             chunks = response.iter_raw()
-            assert next(chunks).startswith(b"data: ")
+            first = next(chunks)
+            assert first.startswith(b"data: ")
             upstream.release.set()
             rest = b"".join(chunks)
     assert upstream.released == [True]
+    [sent] = upstream.upstream.requests
+    assert sent.json()["stream_options"] == {"include_usage": True}
+    assert b'"usage"' not in first + rest
     assert rest.endswith(b"data: [DONE]\n\n")
+    assert len(store) == 1  # stored: the stream reached its terminator
 
 
 # -- single-flight ----------------------------------------------------------------------------

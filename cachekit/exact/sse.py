@@ -36,8 +36,10 @@ providers send, with these exceptions (fields a stream cannot carry):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +49,16 @@ import orjson
 from cachekit._types import Dialect
 from cachekit.providers.answers import incomplete_answer
 
-__all__ = ["SSEDecoder", "SSEEvent", "StreamError", "StreamRecorder", "assemble", "restream", "synthesize"]
+__all__ = [
+    "SSEDecoder",
+    "SSEEvent",
+    "StreamError",
+    "StreamRecorder",
+    "UsageStripper",
+    "assemble",
+    "restream",
+    "synthesize",
+]
 
 logger = logging.getLogger("cachekit.sse")
 
@@ -171,7 +182,7 @@ class StreamRecorder:
             ``None`` keeps everything.
     """
 
-    __slots__ = ("_chunks", "_dialect", "_max_bytes", "_overflow", "_result", "_size")
+    __slots__ = ("_chunks", "_dialect", "_max_bytes", "_overflow", "_result", "_size", "message")
 
     def __init__(self, dialect: Dialect, *, max_bytes: int | None = None) -> None:
         self._dialect: Dialect = dialect
@@ -180,6 +191,9 @@ class StreamRecorder:
         self._size = 0
         self._overflow = False
         self._result: tuple[bytes | None] | None = None
+        #: Once :meth:`complete` found the stream complete: the message it assembles (what the store
+        #: and the ledger read, so the stream is not assembled again).
+        self.message: dict[str, Any] | None = None
 
     def feed(self, chunk: bytes) -> None:
         """Keep one chunk of the response body, as received."""
@@ -212,7 +226,8 @@ class StreamRecorder:
         try:
             # The same definition of a complete answer as a stored document's (a proxy may close the
             # stream with its terminator after the model stopped mid-answer).
-            why = incomplete_answer(self._dialect, assemble(self._dialect, raw))
+            message = assemble(self._dialect, raw)
+            why = incomplete_answer(self._dialect, message)
             if why is not None:
                 raise StreamError(f"not a complete answer: {why}")
         except StreamError as exc:
@@ -222,6 +237,7 @@ class StreamRecorder:
         except Exception as exc:  # a bug here must cost a cache entry, never the caller's response
             logger.warning("stream check failed (%s): %s", self._dialect, type(exc).__name__)
             return None
+        self.message = message
         return raw
 
 
@@ -837,38 +853,174 @@ def restream(dialect: Dialect, raw: bytes, *, include_usage: bool) -> bytes:
     """A stored complete stream, as it should be replayed to a streaming request.
 
     The bytes are replayed unchanged, except for Chat, where usage is a request option
-    (``stream_options.include_usage``): without it the usage-only chunk is dropped (the other
-    events are written back with their data unchanged; comments and line-end style are not kept);
-    with it, a stream recorded without usage is re-synthesized so that every chunk says
-    ``"usage": null`` (the usage itself is unknown then and stays absent).
+    (``stream_options.include_usage``): without it, the stream is given as the provider sends it
+    without the option (:class:`UsageStripper`: no usage-only chunk, no ``"usage": null`` fields;
+    every other byte as stored); with it, a stream recorded without usage is re-synthesized so that
+    every chunk says ``"usage": null`` (the usage itself is unknown then and stays absent; the exact
+    stage does not serve such a record to such a request).
 
     Raises:
         StreamError: (Chat only, when the stream must be rewritten) the stored stream is malformed.
     """
     if dialect != "openai_chat":
         return raw
-    events = _decode_all(raw)
-    usage_only: list[int] = []
-    has_usage = False
-    for position, event in enumerate(events):
+    if not include_usage:
+        if b'"usage"' not in raw:  # recorded without usage: nothing to take out
+            return raw
+        stripper = UsageStripper()
+        # Fed an event at a time (LF framing, as the providers send it), each takes the fast path.
+        parts = raw.split(b"\n\n") if b"\r" not in raw else [raw]
+        pieces = [stripper.feed(part + b"\n\n") for part in parts[:-1]]
+        stripped = b"".join(pieces) + stripper.feed(parts[-1]) + stripper.flush()
+        return raw if stripped == raw else stripped
+    for event in _decode_all(raw):
         if event.data == "[DONE]" or '"usage"' not in event.data:
             continue  # cheap pre-check: most chunks of a stream without usage never mention it
-        chunk = _json_object(event.data)
-        if chunk.get("usage") is not None:
-            has_usage = True
-            if chunk.get("choices") == []:
-                usage_only.append(position)
-    if include_usage:
-        if has_usage:
+        if _json_object(event.data).get("usage") is not None:
             return raw
-        return synthesize(dialect, assemble(dialect, raw), include_usage=True)
-    if not usage_only:
-        return raw
-    dropped = set(usage_only)
-    return b"".join(
-        (b"event: " + event.event.encode() + b"\n" if event.event is not None else b"")
-        + b"".join(b"data: " + line.encode() + b"\n" for line in event.data.split("\n"))
-        + b"\n"
-        for position, event in enumerate(events)
-        if position not in dropped
-    )
+    return synthesize(dialect, assemble(dialect, raw), include_usage=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# a Chat stream asked for usage, given to a caller that did not ask
+
+
+#: ``"usage": null`` as a JSON member, whatever the spacing.
+_USAGE_NULL = re.compile(rb'"usage"\s*:\s*null')
+
+
+class UsageStripper:
+    """Turns a Chat stream that was asked for usage (``stream_options.include_usage``) into the stream
+    the provider sends without the option: the usage-only chunk (``"choices": []`` and a ``usage``)
+    is dropped, and the ``"usage": null`` member every other chunk then carries is taken out. Every
+    other byte passes as it came: comments, line ends, field order, a chunk whose usage rides along
+    with its choices (a provider that always sends it).
+
+    Incremental, for a stream passing to its caller: :meth:`feed` returns at once every event the
+    chunk completed; only an event not yet ended by its blank line is held (the caller could not
+    use it before that line either). :meth:`flush` at the end returns what is left as it came (a cut
+    stream is passed on as cut). Not thread-safe: one per stream.
+    """
+
+    __slots__ = ("_event", "_line")
+
+    def __init__(self) -> None:
+        self._line = b""  # the unterminated line so far (or a line ending in CR, which LF may follow)
+        self._event: list[bytes] = []  # the current event's lines, with their line ends
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The bytes of ``chunk`` the caller gets now (the events it completed, rewritten)."""
+        if not chunk:
+            return b""
+        if (
+            not self._line
+            and not self._event
+            and chunk[:6] == b"data: "
+            and chunk[-2:] == b"\n\n"
+            and chunk.count(b"\n") == 2
+            and b"\r" not in chunk
+        ):
+            # The common case: one whole event of one data line (as OpenAI sends each chunk).
+            data = chunk[6:-2]
+            kept = _without_usage(data)
+            if kept is None:
+                return b""
+            return chunk if kept is data else b"data: " + kept + b"\n\n"
+        if self._line:
+            chunk = self._line + chunk
+        lines = chunk.splitlines(keepends=True)  # on CR, LF and CRLF only (bytes.splitlines)
+        last = lines[-1]
+        if last[-1:] == b"\n":
+            self._line = b""
+        else:  # no line end yet, or a CR whose LF may come in the next chunk
+            self._line = lines.pop()
+        return self._take(lines)
+
+    def flush(self) -> bytes:
+        """At the end of the stream: what was held, as it came (an event never ended)."""
+        line, self._line = self._line, b""
+        # A line held for the LF that might follow its CR is whole now.
+        out = self._take([line]) if line[-1:] == b"\r" else b""
+        rest = b"".join(self._event) + (b"" if line[-1:] == b"\r" else line)
+        self._event = []
+        return out + rest
+
+    def _take(self, lines: list[bytes]) -> bytes:
+        out: list[bytes] = []
+        for line in lines:
+            content = line.rstrip(b"\r\n")
+            if not content:  # a blank line ends the event
+                out.append(self._dispatch(line))
+            elif not self._event and content[:1] == b":":
+                out.append(line)  # a comment between events (a keep-alive) passes at once
+            else:
+                self._event.append(line)
+        return b"".join(out)
+
+    def _dispatch(self, blank: bytes) -> bytes:
+        lines, self._event = self._event, []
+        fields = [_field(line) for line in lines]
+        data_at = [i for i, (name, _, _) in enumerate(fields) if name == b"data"]
+        if not data_at:
+            return b"".join(lines) + blank
+        data = b"\n".join(fields[i][2] for i in data_at)
+        kept = _without_usage(data)
+        if kept is None:
+            return b""  # the usage-only chunk: the whole event goes, with its blank line
+        if kept is data:
+            return b"".join(lines) + blank
+        # The data lines are written again in place of the first one, with its prefix and line end.
+        first = data_at[0]
+        prefix, ending = fields[first][1], lines[first][len(lines[first].rstrip(b"\r\n")) :]
+        written = b"".join(prefix + piece + ending for piece in kept.split(b"\n"))
+        dropped = set(data_at[1:])
+        rebuilt = [written if i == first else line for i, line in enumerate(lines) if i not in dropped]
+        return b"".join(rebuilt) + blank
+
+
+def _field(line: bytes) -> tuple[bytes, bytes, bytes]:
+    """(field name, everything before the value, value) of an SSE line (line end removed)."""
+    content = line.rstrip(b"\r\n")
+    name, colon, value = content.partition(b":")
+    if colon and value[:1] == b" ":
+        value = value[1:]
+    return name, content[: len(content) - len(value)], value
+
+
+def _without_usage(data: bytes) -> bytes | None:
+    """A Chat chunk's data as the provider sends it without ``include_usage``: ``None`` to drop it
+    (the usage-only chunk), ``data`` itself when it has nothing to take out, else the data without
+    its ``"usage": null`` member (cut from the bytes when the cut provably leaves the same object,
+    else written again)."""
+    if b'"usage"' not in data:
+        return data  # the cheap check: a chunk that never mentions usage
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data  # not ours to fix: the recorder decides whether such a stream is stored
+    if not isinstance(chunk, dict) or "usage" not in chunk:
+        return data
+    if chunk["usage"] is not None:
+        return None if chunk.get("choices") == [] else data
+    del chunk["usage"]
+    written = orjson.dumps(chunk)
+    # The common case, cheaply: compact JSON written as orjson writes it (OpenAI's own chunks). The
+    # data less one member equal to the object written again is exactly the cut wanted.
+    for member in (b',"usage":null', b'"usage":null,'):
+        if data.replace(member, b"", 1) == written:
+            return written
+    # Other spacing or escapes: cut the one match, when the cut reads back as the same object.
+    found = list(_USAGE_NULL.finditer(data))
+    if len(found) == 1:
+        start, end = found[0].span()
+        before, after = data[:start].rstrip(), data[end:].lstrip()
+        if before.endswith(b","):
+            cut = before[:-1] + data[end:]
+        elif after.startswith(b","):
+            cut = data[:start] + after[1:].lstrip()
+        else:
+            cut = data[:start] + data[end:]
+        with contextlib.suppress(orjson.JSONDecodeError):
+            if orjson.loads(cut) == chunk:  # the member cut was the top-level one, nothing else
+                return cut
+    return written

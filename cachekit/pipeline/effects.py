@@ -6,8 +6,9 @@
 * :class:`Read` → ``None`` (the response's body is then in ``response.content``)
 * :class:`Wait` → ``"landed"``, ``"timeout"``, or ``"own"`` when the caller leads the flight itself
   (:meth:`Flight.wait <cachekit.exact.flights.Flight.wait>` and its async twin decide)
-* :class:`Tee` → ``None``; the driver wraps the response's stream so the recorder sees each chunk as it
-  passes to the caller (telling ``idle`` whose turn it is), and when the stream ends performs
+* :class:`Tee` → ``None``, or the response to hand the caller instead (an in-memory response whose
+  body ``rewrite`` changed); the driver wraps the response's stream so the recorder sees each chunk
+  as it passes to the caller (telling ``idle`` whose turn it is), and when the stream ends performs
   ``on_end``'s store write, then ``release``
 * :class:`Offload` → what its function returns; the async driver runs it in a worker thread
   (embedding and vector search for the semantic cache)
@@ -83,6 +84,9 @@ class Tee:
     outcome to ``stored`` (``None`` on success, else the exception), then calls ``release`` whatever
     happened. While it passes, ``idle(True)`` each time a chunk was handed to the caller and
     ``idle(False)`` each time the caller asks for more (a single-flight leader's progress).
+
+    With ``rewrite``, the recorder still sees the bytes as they came, and the caller gets what
+    ``rewrite`` makes of them (a Chat stream asked for usage, without it: :class:`sse.UsageStripper`).
     """
 
     response: Response
@@ -91,6 +95,7 @@ class Tee:
     release: Callable[[], None]
     stored: Callable[[Exception | None], None]
     idle: Callable[[bool], None] = nothing
+    rewrite: sse.UsageStripper | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,7 @@
 """Stage 4, exact lookup: the stored answer under the request's key, in the form the request wants
-(a stream or one document), with the prompt fields the provider echoed put back.
+(a stream or one document), with the prompt fields the provider echoed put back. An entry is served
+only in a form whose fields it holds (:func:`lacks`: a form that always carries usage is not served
+from an entry without it).
 
 Reads the keyed call and (on a hit that needs its echoed prompt back) the view's body; writes
 nothing on the view; yields :class:`~cachekit.pipeline.effects.Load`.
@@ -18,9 +20,10 @@ from cachekit.exact import echo, sse
 from cachekit.pipeline.effects import Load, Step
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import JSON_TYPE, SSE_TYPE, Form, RequestView
+from cachekit.providers.answers import carries_usage, has_usage
 from cachekit.stores import record
 
-__all__ = ["Found", "in_form", "lookup", "reechoed", "unechoed"]
+__all__ = ["Found", "in_form", "lacks", "lookup", "reechoed", "unechoed"]
 
 logger = logging.getLogger("cachekit.pipeline")
 
@@ -51,11 +54,12 @@ def in_form(cached: record.CachedResponse, dialect: Dialect, form: Form) -> reco
     )
 
 
-def lookup(rt: Runtime, key: str, dialect: Dialect, form: Form) -> Step[Found]:
+def lookup(rt: Runtime, key: str, dialect: Dialect, form: Form, *, again: bool = False) -> Step[Found]:
     """The stored answer under ``key`` in the form this request wants (or ``None``); whether the
     store failed (then the request goes upstream without coalescing: no second lookup); and the
     form of the answer to read its usage from (a JSON document when either form is one, so a
-    streamed hit is not re-assembled just for the ledger)."""
+    streamed hit is not re-assembled just for the ledger). ``again``: the same request's second look
+    (a new flight's leader), whose unusable entry the first look already counted and logged."""
     if not rt.breaker.allow():
         rt.unavailable("lookup", None)
         return None, True, None
@@ -69,13 +73,43 @@ def lookup(rt: Runtime, key: str, dialect: Dialect, form: Form) -> Step[Found]:
         return None, False, None
     try:
         stored = record.decode(raw)
+        if (lacking := lacks(stored, dialect, form)) is not None:
+            # Served in this form, the answer would lack a field the provider always sends in it: a
+            # miss, and the fresh answer (asked with its usage) overwrites the entry.
+            if not again:
+                rt.stats.add("incomplete_entries")
+                logger.debug("cache entry %s has no %s, which this form carries: a miss", key[-16:], lacking)
+            return None, False, None
         served = in_form(stored, dialect, form)
     except (CorruptEntryError, sse.StreamError) as exc:
         # Treated as a miss; the fresh answer overwrites it under the same key.
-        rt.stats.add("corrupt_entries")
-        logger.warning("corrupt cache entry %s is ignored and will be overwritten: %s", key[-16:], exc)
+        if not again:
+            rt.stats.add("corrupt_entries")
+            logger.warning("corrupt cache entry %s is ignored and will be overwritten: %s", key[-16:], exc)
         return None, False, None
     return served, False, served if served.form == "json" else stored
+
+
+def lacks(stored: record.CachedResponse, dialect: Dialect, form: Form) -> str | None:
+    """The field the provider always sends in ``form`` that ``stored`` does not hold (``"usage"``),
+    or ``None`` when it can be served in that form. The one rule of what forms an entry serves: the
+    exact lookup, single-flight followers and semantic hits all read entries through :func:`lookup`.
+
+    A record written before cachekit kept the fact is looked at (raises what reading it raises:
+    :class:`CorruptEntryError`, :class:`sse.StreamError`).
+    """
+    if not carries_usage(dialect, streaming=form.streaming, include_usage=form.include_usage):
+        return None
+    usage = stored.usage
+    if usage is None:
+        if stored.form == "sse":
+            usage = has_usage(sse.assemble(dialect, stored.body))
+        else:
+            try:
+                usage = has_usage(orjson.loads(stored.body))
+            except orjson.JSONDecodeError as exc:
+                raise CorruptEntryError("stored document is not JSON") from exc
+    return None if usage else "usage"
 
 
 def unechoed(rt: Runtime, dialect: Dialect, form: record.BodyForm, body: bytes) -> bytes:

@@ -35,6 +35,9 @@ class PipelineStats:
     #: Semantic lookups skipped without trying (the semantic layer's breaker was open).
     semantic_skips: int = 0
     corrupt_entries: int = 0
+    #: Stored answers not served because the form asked for carries a field they lack (usage: a
+    #: document, or a Chat stream with ``include_usage``, from an entry stored without it); each a miss.
+    incomplete_entries: int = 0
     #: Requests answered by an identical request's upstream call, after waiting for it (single-flight).
     coalesced: int = 0
     incomplete_streams: int = 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import Any
 
 import orjson
 
@@ -25,6 +26,7 @@ from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.semantic import SemanticCall, SemanticStage
 from cachekit.pipeline.view import RequestView
 from cachekit.providers import incomplete_answer
+from cachekit.providers.answers import has_usage
 from cachekit.shape.planner import Applied
 from cachekit.stores import record
 
@@ -87,7 +89,9 @@ class Storer:
             logger.debug("not a complete %s answer (%s); not stored (key=%s)", route.dialect, why, key[-16:])
             self._accountant.account(call, answer, None, document, applied=applied)
             return answers.tag(response, "miss", key, breakpoints, refused)
-        stored = replace(answer, body=unechoed(rt, route.dialect, "json", answer.body))
+        stored = replace(
+            answer, body=unechoed(rt, route.dialect, "json", answer.body), usage=has_usage(document)
+        )
         if rt.breaker.allow():
             try:
                 yield Save(key, record.encode(stored), ttl)
@@ -113,16 +117,20 @@ class Storer:
         applied: Applied | None = None,
         *,
         flight: Flight | None = None,
+        message: dict[str, Any] | None = None,
     ) -> Save | None:
-        """The store write for a finished stream, or ``None`` when it must not be stored."""
+        """The store write for a finished stream, or ``None`` when it must not be stored.
+        ``message``: what the stream assembles, when the recorder kept it (read, not assembled again)."""
         rt = self._rt
         settle(flight, retry=raw is None)  # a stream cut short: the leader's followers elect another
         if raw is None:
             rt.stats.add("incomplete_streams")
             logger.debug("stream for key=%s ended incomplete or with an error; not stored", call.key[-16:])
             return None
-        answer = record.CachedResponse(status, headers, raw, rt.clock(), form="sse")
-        self._accountant.account(call, answer, None, applied=applied)  # paid for whether or not stored
+        usage = None if message is None else has_usage(message)  # None: the exact stage looks itself
+        answer = record.CachedResponse(status, headers, raw, rt.clock(), form="sse", usage=usage)
+        # Paid for whether or not stored.
+        self._accountant.account(call, answer, None, message, applied=applied)
         if not rt.breaker.allow():
             rt.stats.add("store_skips")
             return None

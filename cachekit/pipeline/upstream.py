@@ -1,6 +1,7 @@
 """Stage 6, upstream with single-flight: a miss's lookup joins or leads the key's flight (identical
 requests at once make one upstream call), then the leader (or a request the cache cannot answer)
-goes upstream with its shaped body, and hands a 2xx answer to the store stage.
+goes upstream with its shaped body, and hands a 2xx answer to the store stage. A Chat stream the
+caller asked without usage goes asking for it (:func:`asks_usage`), and reaches the caller without it.
 
 Reads the view (its outgoing request, serialized once here) and the keyed call; writes nothing on
 the view; yields :class:`~cachekit.pipeline.effects.Send`, :class:`~cachekit.pipeline.effects.Wait`,
@@ -28,15 +29,29 @@ from cachekit.pipeline.semantic import SemanticCall, SemanticStage
 from cachekit.pipeline.shape import KNOWN_PROVIDERS, Shaper
 from cachekit.pipeline.store import Storer, semantic_headers, settle
 from cachekit.pipeline.view import Form, RequestView, is_event_stream, is_json
+from cachekit.providers import Route
+from cachekit.providers.registry import STREAM_USAGE
 from cachekit.shape.lint import PrefixLintError
 from cachekit.stores import record
 
-__all__ = ["Upstream"]
+__all__ = ["Upstream", "asks_usage"]
 
 logger = logging.getLogger("cachekit.pipeline")
 
 #: What the exact lookup with single-flight gives: the stored answer, or the flight this request leads.
 Led = tuple[record.CachedResponse | None, Flight | None]
+
+
+def asks_usage(route: Route, form: Form) -> bool:
+    """Whether a request of ``form`` is sent asking for a usage the caller did not ask for: a Chat
+    stream without ``stream_options.include_usage``, to a provider known to accept the option (a
+    stored stream then carries its usage; the caller's stream is given without it)."""
+    return (
+        form.streaming
+        and not form.include_usage
+        and route.dialect == "openai_chat"
+        and route.provider in STREAM_USAGE
+    )
 
 
 class Upstream:
@@ -102,7 +117,9 @@ class Upstream:
         """Lead ``flight`` after one more look (a leader may have landed between the first look and
         the join)."""
         try:
-            served, _, source = yield from lookup(self._rt, call.key, call.route.dialect, call.form)
+            served, _, source = yield from lookup(
+                self._rt, call.key, call.route.dialect, call.form, again=True
+            )
         except BaseException:
             # Cancelled (or failed) while leading: land now, or followers would wait for nothing.
             self.flights.land(call.key, flight)
@@ -150,6 +167,9 @@ class Upstream:
         try:
             rt.stats.add("misses")
             yield from self._gaps.load(view, call)  # the tenant's timing statistics, for the planner
+            # Every stored answer carries its usage (it is priced, and serves every form): a Chat stream
+            # the caller asked without it is asked with it, and handed over without it.
+            asked = asks_usage(route, call.form) and view.ask_usage()
             try:
                 shaped = self._shaper.shape(view, call.control, call.partition)
             except PrefixLintError as exc:
@@ -172,16 +192,23 @@ class Upstream:
                 release: Callable[[], None] = (
                     (lambda: self.flights.land(key, flight)) if flight is not None else nothing
                 )
-                yield Tee(
+                recorder = sse.StreamRecorder(route.dialect)
+                rewrite = sse.UsageStripper() if asked else None
+                if rewrite is not None:
+                    response.headers.pop("content-length", None)  # the caller's stream is shorter
+                replaced = yield Tee(
                     response,
-                    sse.StreamRecorder(route.dialect),
+                    recorder,
                     on_end=lambda raw: self._storer.stream_entry(
-                        call, status, kept, raw, applied, flight=flight
+                        call, status, kept, raw, applied, flight=flight, message=recorder.message
                     ),
                     release=release,
                     stored=lambda exc: self._semantic.stream_stored(exc, call, semantic),
                     idle=flight.idle if flight is not None else nothing,
+                    rewrite=rewrite,
                 )
+                if replaced is not None:
+                    response = replaced
                 handed_off = True
                 if flight is not None:
                     flight.idle(True)  # the caller holds the stream from here; followers watch it

@@ -206,6 +206,9 @@ class RequestView:
     #: Headers shaping adds to the upstream request (xAI's ``x-grok-conv-id``); a caller's own value wins.
     added_headers: tuple[tuple[str, str], ...] = ()
     shaped_bytes: bytes | None = None
+    #: Form fields the upstream stage sets on the body that goes upstream, over the shaped or canonical
+    #: one (Chat's ``stream_options`` asking for usage); out of the key, of shaping and of :meth:`body`.
+    sent_fields: tuple[tuple[str, Any], ...] = ()
     _blocks: tuple[Block, ...] | None = None
     _blocks_of: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -263,14 +266,30 @@ class RequestView:
             self._blocks_of = body
         return self._blocks
 
+    def ask_usage(self) -> bool:
+        """Ask upstream for the usage of a Chat stream the caller asked for without it
+        (``stream_options.include_usage``, the caller's other stream options kept); call it before
+        shaping, which serializes the body. ``False`` (nothing asked) before the canonical body is
+        built, or when the caller's ``stream_options`` is not an object (the provider is left to
+        answer that as it does)."""
+        body = self.canonical
+        options = None if body is None else body.get("stream_options")
+        if body is None or not isinstance(options, dict | None):
+            return False
+        self.sent_fields = (("stream_options", {**(options or {}), "include_usage": True}),)
+        return True
+
+    def _sent(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, **dict(self.sent_fields)} if self.sent_fields else body
+
     def serialize(self) -> None:
         """Serialize the shaped body, once, after the last stage that changes it (shaping); raises
         what the serializer raises (then the stage drops its change)."""
         if self.shaped is not None:
-            self.shaped_bytes = canon.dumps(self.shaped, self.route.dialect)
+            self.shaped_bytes = canon.dumps(self._sent(self.shaped), self.route.dialect)
 
     def unshape(self) -> None:
-        """Drop shaping's change: the request goes with its canonical body."""
+        """Drop shaping's change: the request goes with its canonical body (and :attr:`sent_fields`)."""
         self.shaped = self.shaped_bytes = None
         self.added_headers = ()
         self._blocks = self._blocks_of = None
@@ -279,6 +298,9 @@ class RequestView:
         """The request as it goes upstream, with the body shaping serialized, else the canonical one."""
         if self.shaped_bytes is not None:
             return rebuild_request(self.request, self.shaped_bytes, self.added_headers)
+        if self.sent_fields and self.canonical is not None:
+            # Shaping left the body as it was: the canonical one goes, with the form fields.
+            return rebuild_request(self.request, canon.dumps(self._sent(self.canonical), self.route.dialect))
         if self.canonical_bytes is None or self.canonical_bytes == self.content:
             return self.request
         # The canonical body is what goes upstream, so the provider's own prefix cache sees stable bytes.

@@ -17,7 +17,7 @@ from typing import Any
 
 from cachekit._types import Dialect
 
-__all__ = ["SHAPES", "AnswerShape", "incomplete_answer"]
+__all__ = ["SHAPES", "USAGE_FORMS", "AnswerShape", "carries_usage", "has_usage", "incomplete_answer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,3 +78,31 @@ def incomplete_answer(dialect: Dialect, body: Any) -> str | None:
             if not isinstance(item, dict) or any(item.get(field) is None for field in fields):
                 return f"an item of {name} lacks one of {', '.join(fields)}"
     return None
+
+
+#: Which forms of an answer always carry the call's ``usage``, as each API sends them: (a document,
+#: a stream). Messages streams carry it in ``message_start``/``message_delta``, Responses streams in
+#: ``response.completed``; a Chat stream only when the request set ``stream_options.include_usage``
+#: (then in a last chunk whose ``choices`` is empty). Counting tokens answers ``input_tokens``.
+USAGE_FORMS: Mapping[Dialect, tuple[bool, bool]] = MappingProxyType(
+    {
+        "anthropic_messages": (True, True),
+        "anthropic_count_tokens": (False, False),
+        "openai_chat": (True, False),
+        "openai_responses": (True, True),
+    }
+)
+
+
+def carries_usage(dialect: Dialect, *, streaming: bool, include_usage: bool) -> bool:
+    """Whether the provider's answer in this form always carries ``usage`` (``include_usage``: a Chat
+    stream that asked for it). A stored answer without usage must not be served in such a form: the
+    caller would miss a field the provider always sends (code that reads
+    ``completion.usage.total_tokens`` raises), and the hit could not be priced."""
+    document, stream = USAGE_FORMS[dialect]
+    return (stream or include_usage) if streaming else document
+
+
+def has_usage(body: Any) -> bool:
+    """Whether a response document (or an assembled stream) carries its call's usage."""
+    return isinstance(body, dict) and isinstance(body.get("usage"), dict)

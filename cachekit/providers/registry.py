@@ -17,6 +17,7 @@ __all__ = [
     "PROVIDERS",
     "ROUTING_HEADERS",
     "RULES_AS",
+    "STREAM_USAGE",
     "Provider",
     "Route",
     "error_body",
@@ -68,17 +69,28 @@ class Provider:
     """The Chat Completions header that routes a conversation to one cache server, as OpenAI's
     ``prompt_cache_key`` does (xAI: "The x-grok-conv-id HTTP header routes requests with the same
     conversation ID to the same server", docs.x.ai, Prompt Caching, Maximizing Cache Hits)."""
+    stream_usage: bool = False
+    """Its Chat Completions accept ``stream_options.include_usage`` and then end a stream with a
+    usage-only chunk (``"choices": []``), every other chunk carrying ``"usage": null``, as OpenAI
+    documents it. cachekit then asks for usage on every Chat stream it may store, and gives the
+    caller that did not ask for it the stream without it. Off for providers that are not known to
+    accept the option: their requests go as the caller wrote them."""
 
 
 PROVIDERS: tuple[Provider, ...] = (
     Provider("anthropic", ("api.anthropic.com",), _ANTHROPIC_DIALECTS, _ANTHROPIC_KEY_HEADERS),
-    Provider("openai", ("api.openai.com",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
+    # stream_options.include_usage: the Chat Completions API reference (the SDK's
+    # ChatCompletionStreamOptionsParam says the same: a usage-only last chunk, usage null elsewhere).
+    Provider("openai", ("api.openai.com",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS, stream_usage=True),
     # DeepSeek and Kimi also serve an Anthropic-compatible API under /anthropic.
+    # stream_options.include_usage: DeepSeek's Create Chat Completion reference lists it, with OpenAI's
+    # wording (a usage-only chunk before [DONE]).
     Provider(
         "deepseek",
         ("api.deepseek.com",),
         _OPENAI_DIALECTS | _ANTHROPIC_DIALECTS,
         _OPENAI_KEY_HEADERS + _ANTHROPIC_KEY_HEADERS,
+        stream_usage=True,
     ),
     Provider(
         "kimi",
@@ -93,11 +105,14 @@ PROVIDERS: tuple[Provider, ...] = (
         _OPENAI_DIALECTS | _ANTHROPIC_DIALECTS,
         _OPENAI_KEY_HEADERS + _ANTHROPIC_KEY_HEADERS,
     ),
+    # stream_options.include_usage: Model Studio's OpenAI-compatible Chat documents it (the last chunk
+    # carries the usage, its choices empty).
     Provider(
         "bailian",
         ("dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com", "dashscope-us.aliyuncs.com"),
         _OPENAI_DIALECTS | _ANTHROPIC_DIALECTS,
         _OPENAI_KEY_HEADERS + _ANTHROPIC_KEY_HEADERS,
+        stream_usage=True,
     ),
     Provider("gemini", ("generativelanguage.googleapis.com",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS),
     Provider("xai", ("api.x.ai",), _OPENAI_DIALECTS, _OPENAI_KEY_HEADERS, routing_header="x-grok-conv-id"),
@@ -119,6 +134,11 @@ _BY_HOST: dict[str, Provider] = {host: p for p in PROVIDERS for host in p.hosts}
 RULES_AS: dict[str, str] = {p.name: p.rules_as for p in PROVIDERS if p.rules_as}
 #: Providers that route a conversation to one cache server by a header (xAI's x-grok-conv-id).
 ROUTING_HEADERS: dict[str, str] = {p.name: p.routing_header for p in PROVIDERS if p.routing_header}
+#: Providers whose Chat streams cachekit asks for usage (``Provider.stream_usage``). The others (Kimi,
+#: GLM, Gemini, xAI, Azure, whose support depends on the api-version) and hosts outside the table get
+#: the request as written: a stream of theirs stored without usage serves only streams that did not
+#: ask for it (``cachekit.providers.answers.carries_usage``).
+STREAM_USAGE: frozenset[str] = frozenset(p.name for p in PROVIDERS if p.stream_usage)
 
 
 @dataclass(frozen=True, slots=True)

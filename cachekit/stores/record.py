@@ -1,9 +1,10 @@
 """The one on-store format of a cached response, shared by every store.
 
 Layout: ``b"CKR1"``, a 4-byte big-endian length, a JSON header (status, headers, creation time, form,
-body length and a BLAKE2b digest of the body), then the body bytes. Decoding checks all of it, so a
-truncated, tampered or foreign value is a :class:`~cachekit.errors.CorruptEntryError` (a miss), never
-a wrong answer. JSON only: nothing is ever unpickled.
+whether the answer carries its usage, body length and a BLAKE2b digest of the body), then the body
+bytes. Decoding checks all of it, so a truncated, tampered or foreign value is a
+:class:`~cachekit.errors.CorruptEntryError` (a miss), never a wrong answer. JSON only: nothing is ever
+unpickled.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class CachedResponse:
     body: bytes
     created_at: float
     form: BodyForm = "json"
+    #: Whether the answer carries its call's usage, as found when it was stored; ``None``: not known
+    #: (a record written before cachekit kept this fact), then the body says.
+    usage: bool | None = None
 
 
 def _body_digest(body: bytes) -> str:
@@ -48,6 +52,7 @@ def encode(response: CachedResponse) -> bytes:
             "headers": response.headers,
             "created_at": response.created_at,
             "form": response.form,
+            **({} if response.usage is None else {"usage": response.usage}),
             "length": len(response.body),
             "digest": _body_digest(response.body),
         }
@@ -69,6 +74,7 @@ def decode(value: bytes) -> CachedResponse:
         form = header["form"]
         length = header["length"]
         digest = header["digest"]
+        usage = header.get("usage")  # absent from records written before it was kept
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise CorruptEntryError(f"unreadable record header: {type(exc).__name__}") from exc
     body = value[start + size :]
@@ -78,4 +84,6 @@ def decode(value: bytes) -> CachedResponse:
         raise CorruptEntryError("unknown record form")
     if length != len(body) or digest != _body_digest(body):
         raise CorruptEntryError("record body does not match its digest (truncated or altered)")
-    return CachedResponse(status, headers, body, created_at, form)
+    if usage is not None and not isinstance(usage, bool):
+        raise CorruptEntryError("record usage flag is not a boolean")
+    return CachedResponse(status, headers, body, created_at, form, usage)

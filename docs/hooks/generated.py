@@ -206,7 +206,8 @@ def _source(url: str | None, date: str | None) -> str:
 
 
 def providers_table(_: str | None = None) -> str:
-    """The provider table: routing, answer-changing headers, and which data rows exist."""
+    """The provider table: routing, answer-changing headers, which data rows exist, and whether Chat
+    streams are asked for their usage (``Provider.stream_usage``)."""
     from cachekit.cost import default_prices, genai
     from cachekit.providers import PROVIDERS
     from cachekit.providers.cache_rules import default_cache_rules
@@ -222,10 +223,19 @@ def providers_table(_: str | None = None) -> str:
             ", ".join(f"`{h}`" for h in p.key_headers),
             "yes" if p.name in ruled else "no",
             "yes" if p.name in priced else "no",
+            "yes" if p.stream_usage else "no",
         ]
         for p in PROVIDERS
     ]
-    header = ["provider", "hosts", "APIs (dialects)", "headers in the key", "cache rules", "prices"]
+    header = [
+        "provider",
+        "hosts",
+        "APIs (dialects)",
+        "headers in the key",
+        "cache rules",
+        "prices",
+        "stream usage",
+    ]
     return _table(header, rows)
 
 
