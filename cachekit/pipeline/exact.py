@@ -51,11 +51,18 @@ def in_form(cached: record.CachedResponse, dialect: Dialect, form: Form) -> reco
     )
 
 
-def lookup(rt: Runtime, key: str, dialect: Dialect, form: Form) -> Step[Found]:
+def lookup(
+    rt: Runtime, key: str, dialect: Dialect, form: Form, *, max_age: float | None = None
+) -> Step[Found]:
     """The stored answer under ``key`` in the form this request wants (or ``None``); whether the
     store failed (then the request goes upstream without coalescing: no second lookup); and the
     form of the answer to read its usage from (a JSON document when either form is one, so a
-    streamed hit is not re-assembled just for the ledger)."""
+    streamed hit is not re-assembled just for the ledger).
+
+    An answer stored more than ``max_age`` seconds ago is not served (a miss, overwritten by the fresh
+    answer): a request whose URLs the caller vouched for accepts nothing older than its ``url_ttl``,
+    whoever stored the answer and for however long.
+    """
     if not rt.breaker.allow():
         rt.unavailable("lookup", None)
         return None, True, None
@@ -69,6 +76,8 @@ def lookup(rt: Runtime, key: str, dialect: Dialect, form: Form) -> Step[Found]:
         return None, False, None
     try:
         stored = record.decode(raw)
+        if max_age is not None and rt.clock() - stored.created_at > max_age:
+            return None, False, None
         served = in_form(stored, dialect, form)
     except (CorruptEntryError, sse.StreamError) as exc:
         # Treated as a miss; the fresh answer overwrites it under the same key.
