@@ -343,6 +343,41 @@ def test_no_answer_older_than_the_request_vouches_for_is_served(harness: Harness
     assert upstream.calls == 2
 
 
+@pytest.mark.slow
+def test_no_semantic_answer_older_than_the_request_vouches_for_is_served(harness: Harness) -> None:
+    """The semantic layer holds a vouched-for URL request to the same age: a reworded question is
+    served the stored answer while it is young enough for the caller's ``url_ttl``, not after."""
+    _fetching(harness)
+    clock = Clock()
+    store = TTLStore(clock)
+    config = cachekit.CacheConfig(store=store, ledger=False, ttl=None, semantic=True)
+    sdk = harness.sdk("anthropic", cache=cachekit.Cache(config, clock=clock))
+    report = {"type": "document", "source": {"type": "url", "url": PAGE}}
+
+    def ask(question: str, url_ttl: str) -> Any:
+        body = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 256,
+            "messages": [
+                {"role": "user", "content": [report, {"type": "text", "text": "Read this report."}]},
+                {"role": "assistant", "content": "I have read it."},
+                {"role": "user", "content": question},
+            ],
+        }
+        return sdk.call(
+            "messages.with_raw_response.create", **body, extra_headers={"x-cachekit-url-ttl": url_ttl}
+        )
+
+    ask("How do I reset my account password?", "3600")
+    clock.now += 120
+    lenient = ask("How can I reset the password of my account?", "3600")
+    strict = ask("How can I reset the password of my account?", "60")
+
+    assert lenient.headers["x-cachekit-cache"] == "semantic"
+    assert strict.headers["x-cachekit-cache"] == "miss"
+    assert harness.upstream.calls == 2
+
+
 def test_the_call_site_policy_opts_in_too(harness: Harness) -> None:
     """``@cachekit.cached(url_ttl=...)`` vouches for the URLs of every call inside (sync and async)."""
     upstream = _fetching(harness)
