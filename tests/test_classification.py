@@ -308,6 +308,216 @@ def test_what_is_not_live(dialect: Dialect, body: dict[str, Any]) -> None:
     assert classify(dialect, body).reasons == ()
 
 
+#: The decisions docs/correctness.md names, one body each, with the reasons the table gives.
+DECISIONS = [
+    pytest.param(
+        "anthropic_messages",
+        {"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]},
+        ("live-data:code_execution",),
+        id="code-execution",
+    ),
+    pytest.param(
+        "openai_responses",
+        {"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]},
+        ("live-data:code_execution",),
+        id="code-interpreter-fresh",
+    ),
+    pytest.param(
+        "openai_responses",
+        {"tools": [{"type": "programmatic_tool_calling"}]},
+        ("live-data:code_execution",),
+        id="programmatic-tool-calling",
+    ),
+    pytest.param(
+        "openai_responses",
+        {"tools": [{"type": "shell", "environment": {"type": "container_auto"}}]},
+        ("live-data:code_execution",),
+        id="hosted-shell",
+    ),
+    pytest.param("openai_responses", {"tools": [{"type": "image_generation"}]}, (), id="image-generation"),
+    pytest.param(
+        "openai_responses",
+        {"tools": [{"type": "image_generation", "input_image_mask": {"image_url": "https://x/m.png"}}]},
+        ("live-data:url",),
+        id="image-mask-url",
+    ),
+    pytest.param(
+        "anthropic_messages",
+        {"tools": [{"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}]},
+        (),
+        id="anthropic-tool-search",
+    ),
+    pytest.param(
+        "openai_responses",
+        {"tools": [{"type": "tool_search", "execution": "server"}]},
+        (),
+        id="responses-tool-search",
+    ),
+    pytest.param(
+        "anthropic_messages",
+        {
+            "tools": [
+                {
+                    "type": "computer_20250124",
+                    "name": "computer",
+                    "display_width_px": 1,
+                    "display_height_px": 1,
+                },
+                {"type": "memory_20250818", "name": "memory"},
+                {"type": "advisor_20260301", "name": "advisor", "model": "m"},
+            ]
+        },
+        (),
+        id="client-tools-and-advisor",
+    ),
+    pytest.param(
+        "openai_responses",
+        {
+            "tools": [
+                {
+                    "type": "computer_use_preview",
+                    "display_width": 1,
+                    "display_height": 1,
+                    "environment": "linux",
+                },
+                {"type": "local_shell"},
+                {"type": "apply_patch"},
+            ]
+        },
+        (),
+        id="responses-client-tools",
+    ),
+    pytest.param(
+        "anthropic_messages",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "web_search_tool_result", "tool_use_id": "s", "content": []}],
+                }
+            ]
+        },
+        (),
+        id="result-sent-back",
+    ),
+    pytest.param(
+        "anthropic_messages",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_addition",
+                            "tool": {
+                                "type": "tool_definition",
+                                "definition": {"type": "web_fetch_20250910", "name": "web_fetch"},
+                            },
+                        }
+                    ],
+                }
+            ]
+        },
+        ("live-data:web_fetch",),
+        id="server-tool-added-mid-conversation",
+    ),
+    pytest.param(
+        "openai_responses",
+        {
+            "input": [
+                {
+                    "type": "additional_tools",
+                    "role": "developer",
+                    "tools": [{"type": "mcp", "server_label": "x"}],
+                }
+            ]
+        },
+        ("live-data:mcp",),
+        id="additional-tools",
+    ),
+    pytest.param(
+        "anthropic_count_tokens",
+        {"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+        (),
+        id="count-tokens-runs-no-tool",
+    ),
+    pytest.param(
+        "anthropic_count_tokens",
+        {"mcp_servers": [{"type": "url", "url": "https://x", "name": "x"}]},
+        ("live-data:mcp",),
+        id="count-tokens-lists-mcp-tools",
+    ),
+    pytest.param(
+        "anthropic_messages",
+        {"diagnostics": {"previous_message_id": "msg_1"}},
+        ("server-state:diagnostics",),
+        id="anthropic-diagnostics",
+    ),
+    pytest.param(
+        "openai_responses",
+        {"prompt_cache_options": {"comparison_response_id": "resp_1"}},
+        ("server-state:diagnostics",),
+        id="responses-diagnostics",
+    ),
+    pytest.param(
+        "openai_responses",
+        {"prompt_cache_options": {"prewarm": True}},
+        ("server-state:prewarm",),
+        id="prewarm",
+    ),
+    pytest.param(
+        "openai_responses", {"prompt_cache_options": {"prewarm": False, "ttl": "30m"}}, (), id="no-prewarm"
+    ),
+    pytest.param("openai_chat", {"metadata": {"user": "u"}, "user": "u", "store": True}, (), id="neutral"),
+    pytest.param("openai_chat", {"enable_search": True}, ("live-data:web_search",), id="bailian-search"),
+    pytest.param(
+        "openai_chat",
+        {"tools": [{"type": "builtin_function", "function": {"name": "$web_search"}}]},
+        ("live-data:web_search",),
+        id="kimi-search",
+    ),
+    pytest.param(
+        "openai_chat",
+        {"tools": [{"type": "web_search", "web_search": {"enable": True}}]},
+        ("live-data:web_search",),
+        id="glm-search",
+    ),
+    pytest.param(
+        "openai_chat",
+        {"tools": [{"type": "retrieval", "retrieval": {"knowledge_id": "k"}}]},
+        ("server-state:retrieval",),
+        id="glm-retrieval",
+    ),
+    pytest.param(
+        "openai_chat",
+        {"search_parameters": {"mode": "auto"}},
+        ("live-data:web_search",),
+        id="xai-live-search",
+    ),
+    pytest.param(
+        "openai_responses",
+        {"tools": [{"type": "x_search"}, {"type": "web_extractor"}]},
+        ("live-data:web_search", "live-data:web_fetch"),
+        id="xai-bailian-tools",
+    ),
+    pytest.param(
+        "openai_chat",
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "video_url", "video_url": {"url": "https://x/v.mp4"}}]}
+            ]
+        },
+        ("live-data:url",),
+        id="kimi-video",
+    ),
+]
+
+
+@pytest.mark.parametrize(("dialect", "body", "reasons"), DECISIONS)
+def test_the_documented_decisions(dialect: Dialect, body: dict[str, Any], reasons: tuple[str, ...]) -> None:
+    assert classify(dialect, body).reasons == reasons
+
+
 def test_a_url_is_anything_the_provider_fetches() -> None:
     def chat(url: str) -> tuple[str, ...]:
         part = {"type": "image_url", "image_url": {"url": url}}

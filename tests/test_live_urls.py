@@ -379,7 +379,8 @@ def test_no_semantic_answer_older_than_the_request_vouches_for_is_served(harness
 
 
 def test_the_call_site_policy_opts_in_too(harness: Harness) -> None:
-    """``@cachekit.cached(url_ttl=...)`` vouches for the URLs of every call inside (sync and async)."""
+    """``@cachekit.cached(url_ttl=...)`` and ``cachekit.policy(url_ttl=...)`` vouch for the URLs of
+    every call inside (sync and async)."""
     upstream = _fetching(harness)
     sdk = harness.sdk("openai")
 
@@ -396,9 +397,11 @@ def test_the_call_site_policy_opts_in_too(harness: Harness) -> None:
             return sdk.client.chat.completions.with_raw_response.create(**_chat())
 
     answers = [sdk.run(describe()) for _ in range(2)]
+    with cachekit.policy(url_ttl=600):
+        block = sdk.call(_raw("chat.completions.create"), **_chat())
     outside = sdk.call(_raw("chat.completions.create"), **_chat())
 
-    assert [raw.headers["x-cachekit-cache"] for raw in answers] == ["miss", "hit"]
+    assert [raw.headers["x-cachekit-cache"] for raw in (*answers, block)] == ["miss", "hit", "hit"]
     assert outside.headers["x-cachekit-cache"] == "bypass"  # the opt-in is the call site's alone
     assert outside.headers[REASON] == "live-data:url"
     assert upstream.calls == 2
