@@ -7,6 +7,7 @@ the context, which wins over the client's :class:`~cachekit.config.CacheConfig`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -40,6 +41,9 @@ class CallPolicy:
     site: str | None = None
     #: Opt in to (``True``) or out of (``False``) the semantic cache; ``None`` defers to the client.
     semantic: bool | None = None
+    #: Seconds the content requests give by URL is taken as unchanged (``None``: URLs are live, and
+    #: such requests bypass the cache); see docs/correctness.md.
+    url_ttl: float | None = None
 
     def merged(self, inner: CallPolicy) -> CallPolicy:
         """The policy in force when ``inner`` is entered inside ``self``: inner's set fields win."""
@@ -51,6 +55,7 @@ class CallPolicy:
             mode=inner.mode if inner.mode is not None else self.mode,
             site=inner.site if inner.site is not None else self.site,
             semantic=inner.semantic if inner.semantic is not None else self.semantic,
+            url_ttl=inner.url_ttl if inner.url_ttl is not None else self.url_ttl,
         )
 
 
@@ -72,6 +77,7 @@ def make_policy(
     mode: str | None,
     site: str | None = None,
     semantic: bool | None = None,
+    url_ttl: float | None = None,
 ) -> CallPolicy:
     """Validate decorator arguments into a :class:`CallPolicy`."""
     if bypass and mode not in (None, "bypass"):
@@ -84,7 +90,19 @@ def make_policy(
     checked = cast("Mode | None", chosen)  # validated against MODES above
     if semantic is not None and not isinstance(semantic, bool):
         raise ConfigError(f"semantic must be True, False or None, not {semantic!r}")
-    return CallPolicy(tenant=tenant, namespace=namespace, ttl=ttl, mode=checked, site=site, semantic=semantic)
+    if url_ttl is not None and (
+        isinstance(url_ttl, bool) or not isinstance(url_ttl, (int, float)) or not 0 < url_ttl < math.inf
+    ):
+        raise ConfigError(f"url_ttl must be a positive, finite number of seconds or None, not {url_ttl!r}")
+    return CallPolicy(
+        tenant=tenant,
+        namespace=namespace,
+        ttl=ttl,
+        mode=checked,
+        site=site,
+        semantic=semantic,
+        url_ttl=None if url_ttl is None else float(url_ttl),
+    )
 
 
 @contextmanager
@@ -97,10 +115,12 @@ def policy(
     mode: str | None = None,
     site: str | None = None,
     semantic: bool | None = None,
+    url_ttl: float | None = None,
 ) -> Iterator[CallPolicy]:
     """Apply a cache policy to every LLM call made inside the ``with`` block (threads and tasks
     started inside inherit it through :mod:`contextvars`). ``site`` labels the calls in the cost
-    ledger; ``semantic`` opts the calls in to (or out of) the semantic cache."""
+    ledger; ``semantic`` opts the calls in to (or out of) the semantic cache; ``url_ttl`` takes the
+    content the calls give by URL as unchanged for that many seconds, so they may use the cache."""
     entered = _current.get().merged(
         make_policy(
             tenant=tenant,
@@ -110,6 +130,7 @@ def policy(
             mode=mode,
             site=site,
             semantic=semantic,
+            url_ttl=url_ttl,
         )
     )
     token = _current.set(entered)

@@ -187,6 +187,7 @@ def cached(
     site: str | None = None,
     name: str | None = None,
     semantic: bool | None = None,
+    url_ttl: float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -204,6 +205,7 @@ def cached(
     site: str | None = None,
     name: str | None = None,
     semantic: bool | None = None,
+    url_ttl: float | None = None,
 ) -> F | Callable[[F], F]:
     """Set the cache policy for the LLM calls made inside the decorated function.
 
@@ -223,6 +225,11 @@ def cached(
         name: the memo entries' function name (default: its qualified name); required for nested
             functions, whose qualified names do not tell closures apart.
         semantic: opt these calls in to (``True``) or out of (``False``) the semantic cache.
+        url_ttl: seconds the content these calls give by URL (images, documents, files the provider
+            fetches on each call) is taken as unchanged. Such calls bypass the cache by default, since
+            the page behind a URL can change; with ``url_ttl`` they are cached, and an answer is kept
+            and served for at most ``url_ttl`` seconds (docs/correctness.md). Live server tools (web
+            search, code execution, MCP) still bypass.
 
     Works on sync and async functions; nested decorators combine (the inner one's settings win).
     """
@@ -237,6 +244,7 @@ def cached(
             mode=mode,
             site=label,
             semantic=semantic,
+            url_ttl=url_ttl,
         )
         memo = _Memo(fn, cache, policy, name) if memoize else None
 
@@ -290,7 +298,7 @@ def cached(
         return cast(F, wrapper)
 
     # Validate now, so a bad argument fails at decoration time rather than at the first call.
-    make_policy(tenant=tenant, namespace=namespace, ttl=ttl, bypass=bypass, mode=mode)
+    make_policy(tenant=tenant, namespace=namespace, ttl=ttl, bypass=bypass, mode=mode, url_ttl=url_ttl)
     if func is not None:
         return decorate(func)
     return decorate

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 REASON = "x-cachekit-bypass-reason"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "exact.md"
+CORRECTNESS = DOCS.with_name("correctness.md")
 
 
 class StatefulUpstream(FakeUpstream):
@@ -375,7 +376,31 @@ STATEFUL = [
     (
         "openai_responses",
         {"tools": [{"type": "code_interpreter", "container": "cntr_1"}]},
-        ["server-state:container"],
+        ["server-state:container", "live-data:code_execution"],
+    ),
+    # Code runs at call time even in a fresh container (issue 25): live, not cached.
+    (
+        "openai_responses",
+        {"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]},
+        ["live-data:code_execution"],
+    ),
+    (
+        "anthropic_messages",
+        {"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]},
+        ["live-data:code_execution"],
+    ),
+    # Counting tokens runs no tool, but fetches a URL source to count it.
+    (
+        "anthropic_count_tokens",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image", "source": {"type": "url", "url": "https://x"}}],
+                }
+            ]
+        },
+        ["live-data:url"],
     ),
     (
         "openai_responses",
@@ -442,7 +467,6 @@ STATELESS = [
         {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]},
     ),
     ("openai_responses", {"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}),
-    ("openai_responses", {"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}),
     (
         "openai_responses",
         {"tools": [{"type": "function", "name": "f", "parameters": {}}, {"type": "image_generation"}]},
@@ -452,7 +476,6 @@ STATELESS = [
         "anthropic_messages",
         {"container": {"skills": [{"type": "custom", "skill_id": "s", "version": "1759178010641129"}]}},
     ),
-    ("anthropic_messages", {"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]}),
     (
         "anthropic_count_tokens",
         {"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
@@ -478,9 +501,15 @@ GENERIC_REASONS = ("caller", "cache-off", "not-keyable", "store-unavailable", "b
 
 
 def test_every_reason_is_documented() -> None:
+    """Every bypass reason has a row in docs/correctness.md's list of reasons, and the exact cache's
+    page names the header and each general reason."""
     from cachekit.providers.state import REASONS
 
-    page = DOCS.read_text()
-    assert "`x-cachekit-bypass-reason`" in page
+    page = CORRECTNESS.read_text()
+    listed = page[page.index("## Bypass reasons") : page.index("## The tables")]
     for reason in (*GENERIC_REASONS, *REASONS):
-        assert f"`{reason}`" in page, reason
+        assert f"| `{reason}` |" in listed, reason
+    exact = DOCS.read_text()
+    assert "`x-cachekit-bypass-reason`" in exact
+    for reason in GENERIC_REASONS:
+        assert f"`{reason}`" in exact, reason

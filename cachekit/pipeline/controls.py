@@ -8,7 +8,7 @@ the view; yields no effects. The header names cachekit reads and writes are defi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cachekit._http import Request
@@ -17,7 +17,7 @@ from cachekit.config import MODES, CacheConfig, Mode
 from cachekit.context import UNSET, CallPolicy
 from cachekit.gaps import Expect, breakpoints_setting
 from cachekit.pipeline.view import Seen
-from cachekit.providers import server_state
+from cachekit.providers.state import Verdict, classify
 
 __all__ = [
     "BREAKPOINTS_HEADER",
@@ -28,8 +28,11 @@ __all__ = [
     "KEY_HEADER",
     "REFUSED_HEADER",
     "SIMILARITY_HEADER",
+    "URL_TTL_HEADER",
+    "Admission",
     "BadControl",
     "Control",
+    "admit",
     "bypass_reason",
     "read_control",
     "strip_control_headers",
@@ -46,9 +49,13 @@ INELIGIBLE_HEADER = "x-cachekit-semantic-ineligible"
 KEY_HEADER = "x-cachekit-key"
 #: On a bypass: why the cache was not used, as short stable tokens (comma-separated when several):
 #: ``caller``, ``cache-off``, ``not-keyable``, ``store-unavailable``, ``bad-control``, ``lint``, or
-#: what the request depends on outside its body (``server-state:conversation``, ``live-data:web_search``,
-#: ...: :mod:`cachekit.providers.state`).
+#: what the request depends on outside its body (``server-state:conversation``, ``live-data:url``,
+#: ...: :mod:`cachekit.providers.state`, docs/correctness.md).
 BYPASS_REASON_HEADER = "x-cachekit-bypass-reason"
+#: On a request: seconds the content it gives by URL (images, documents, files the provider fetches)
+#: is taken as unchanged, so the request may use the cache; its answer then lives at most that long
+#: (the call site's ``url_ttl``, :func:`cachekit.cached`, does the same for every call inside).
+URL_TTL_HEADER = "x-cachekit-url-ttl"
 #: On an answer from upstream: the cache_control markers cachekit added (``where=ttl/reason, ...``), the
 #: ``prompt_cache_key`` it set, ``none`` (planned, nothing to place), or ``off; <why>`` (the reasons below).
 BREAKPOINTS_HEADER = "x-cachekit-breakpoints"
@@ -76,6 +83,12 @@ class Control:
     request_tenant: str | None = None
     #: What the caller knows about its traffic (a fixed lifetime, an expected gap): config or header.
     expect: Expect | None = None
+    #: Seconds the caller takes content given by URL as unchanged (``None``: URLs are live, so such a
+    #: request bypasses the cache): ``x-cachekit-url-ttl``, else the call site's ``url_ttl``.
+    url_ttl: float | None = None
+    #: The oldest stored answer this request accepts, in seconds (``None``: any within its TTL); set
+    #: by :func:`admit` to :attr:`url_ttl` for a request whose URLs the caller vouched for.
+    max_age: float | None = None
 
 
 class BadControl(ValueError):
@@ -100,6 +113,9 @@ def read_control(headers: dict[str, str], config: CacheConfig, context: CallPoli
     semantic, threshold = context.semantic, None
     if (raw_semantic := headers.get(CONTROL_PREFIX + "-semantic")) is not None:
         semantic, threshold = _semantic_header(raw_semantic)
+    url_ttl = context.url_ttl
+    if (raw_url_ttl := headers.get(URL_TTL_HEADER)) is not None:
+        url_ttl = _seconds(URL_TTL_HEADER, raw_url_ttl)
     breakpoints, expect = breakpoints_setting(config.breakpoints)
     if (raw_breakpoints := headers.get(BREAKPOINTS_HEADER)) is not None:
         try:
@@ -118,7 +134,19 @@ def read_control(headers: dict[str, str], config: CacheConfig, context: CallPoli
         headers.get(CONTROL_PREFIX + "-conversation") or None,
         request_tenant=request_tenant,
         expect=expect,
+        url_ttl=url_ttl,
     )
+
+
+def _seconds(name: str, value: str) -> float:
+    """A header's positive, finite number of seconds; :class:`BadControl` for anything else."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise BadControl(f"{name} must be a positive number of seconds, not {value!r}")
+    return seconds
 
 
 def _semantic_header(value: str) -> tuple[bool, float | None]:
@@ -140,23 +168,54 @@ def _semantic_header(value: str) -> tuple[bool, float | None]:
     return True, threshold
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Whether a routed request may use the cache: why not (``None``: it may), what its body depends on
+    outside itself, and the policy it runs under (its TTL bounded when the caller vouched for its URLs)."""
+
+    reason: str | None
+    #: The body's classification (``None`` when the request was not looked at: bypassed before, or
+    #: not keyable).
+    verdict: Verdict | None
+    control: Control
+
+
+def admit(
+    config: CacheConfig, dialect: Dialect, control: Control, seen: Seen | None, body: dict[str, Any] | None
+) -> Admission:
+    """Decide, before any key is made, whether the request may use the cache (docs/correctness.md).
+
+    A body already seen was classified then: its verdict is remembered with it. A request whose body
+    depends on live data or server state bypasses the cache with those reasons, unless the only
+    reason is content given by URL and the caller set ``url_ttl``: then it is cached, but its answer
+    lives at most ``url_ttl`` seconds (the smaller of that and its TTL) and only an answer at most that
+    old is served.
+    """
+    if not config.enabled:
+        return Admission("cache-off", None, control)
+    if control.mode == "bypass":
+        return Admission("caller", None, control)
+    if seen is not None:
+        verdict = seen.verdict
+    elif body is None:
+        return Admission("not-keyable", None, control)
+    else:
+        verdict = classify(dialect, body)
+    vouched = control.url_ttl
+    if remaining := verdict.remaining(urls_vouched=vouched is not None):
+        return Admission(", ".join(remaining), verdict, control)
+    if vouched is not None and verdict.fetches_urls:
+        ttl = vouched if control.ttl is None else min(control.ttl, vouched)
+        control = replace(control, ttl=ttl, max_age=vouched)
+    return Admission(None, verdict, control)
+
+
 def bypass_reason(
     config: CacheConfig, dialect: Dialect, control: Control, seen: Seen | None, body: dict[str, Any] | None
 ) -> str | None:
-    """Why a request skips the cache, before any key is made (``None``: it may use the cache).
-
-    Bytes already seen were keyed before, so they passed every test here (a request on server state
-    is never remembered): only a new body is asked what it depends on.
-    """
-    if not config.enabled:
-        return "cache-off"
-    if control.mode == "bypass":
-        return "caller"
-    if seen is not None:
-        return None
-    if body is None:
-        return "not-keyable"
-    return ", ".join(server_state(dialect, body)) or None
+    """Why a request skips the cache, before any key is made (``None``: it may use the cache); see
+    :func:`admit`."""
+    return admit(config, dialect, control, seen, body).reason
 
 
 def strip_control_headers(request: Request, headers: dict[str, str]) -> None:

@@ -26,7 +26,7 @@ from cachekit.context import current_policy
 from cachekit.cost.ledger import Ledger
 from cachekit.exact.flights import Flight, Flights
 from cachekit.pipeline import answers
-from cachekit.pipeline.controls import BadControl, Control, bypass_reason, read_control, strip_control_headers
+from cachekit.pipeline.controls import BadControl, Control, admit, read_control, strip_control_headers
 from cachekit.pipeline.effects import Exchange, Send, Step
 from cachekit.pipeline.exact import reechoed
 from cachekit.pipeline.key import Call, Keyer
@@ -38,6 +38,7 @@ from cachekit.pipeline.store import Storer
 from cachekit.pipeline.upstream import Upstream
 from cachekit.pipeline.view import FORM_FIELDS, Form, NotCanonical, RequestView, Seen, SeenBodies
 from cachekit.providers import route_request
+from cachekit.providers.state import Verdict
 from cachekit.shape import canonical
 from cachekit.shape.lint import PrefixLinter
 from cachekit.shape.planner import Planner
@@ -175,10 +176,14 @@ class Pipeline:
         # The dialect is part of what the digest stands for: the same bytes mean other things elsewhere.
         seen = view.seen = self._seen.get(view.digest) if view.content is not None else None
         body = view.parsed() if seen is None else None
-        if (reason := bypass_reason(self.config, route.dialect, control, seen, body)) is not None:
+        # What may be answered from cache is one table (docs/correctness.md): stage 1 asks it once per
+        # new body (the verdict is remembered with the bytes) and bounds the TTL of vouched-for URLs.
+        admission = admit(self.config, route.dialect, control, seen, body)
+        control = admission.control
+        if (reason := admission.reason) is not None:
             # Not a JSON object (multipart upload, a body we cannot read), the cache is off, the caller
-            # asked to bypass, or the answer depends on state outside the request: send it as it is
-            # (canonical when it is JSON), never coalesced, never stored.
+            # asked to bypass, or the answer depends on live data or state outside the request: send it
+            # as it is (canonical when it is JSON), never coalesced, never stored.
             with contextlib.suppress(NotCanonical):  # then it goes as the caller wrote it
                 view.canonicalize(self._options)
             return (yield from self._upstream.uncached(view, control, reason=reason))
@@ -190,7 +195,7 @@ class Pipeline:
             except NotCanonical:
                 # Valid JSON that cannot be keyed (nested deeper than orjson writes): as it is.
                 return (yield from self._upstream.uncached(view, control, reason="not-keyable"))
-            seen = self._remember(view)
+            seen = self._remember(view, admission.verdict or Verdict())
         # Stage 3: key.
         keyed = self._keyer.key(view, control, seen.digest)
         if keyed is None:  # the store could not give its secret: no key, so no caching for this call
@@ -258,8 +263,9 @@ class Pipeline:
             return answers.synthetic(view.request, call.route.dialect, 504, "api_error", message), None, None
         return None, flight, semantic
 
-    def _remember(self, view: RequestView) -> Seen:
-        """Work out (and remember by the view's digest) what the key needs from a parsed body."""
+    def _remember(self, view: RequestView, verdict: Verdict) -> Seen:
+        """Work out (and remember by the view's digest) what the key needs from a parsed body, and
+        what it depends on outside itself (``verdict``)."""
         dialect = view.route.dialect
         body, body_bytes = view.parsed(), view.canonical_bytes
         assert body is not None  # canonicalized just before
@@ -274,6 +280,7 @@ class Pipeline:
             hashlib.sha256(body_bytes).digest(),
             Form.of(dialect, body),
             model if isinstance(model, str) else "",
+            verdict,
         )
         self._seen.put(view.digest, seen)
         return seen

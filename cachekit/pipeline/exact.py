@@ -54,12 +54,25 @@ def in_form(cached: record.CachedResponse, dialect: Dialect, form: Form) -> reco
     )
 
 
-def lookup(rt: Runtime, key: str, dialect: Dialect, form: Form, *, again: bool = False) -> Step[Found]:
+def lookup(
+    rt: Runtime,
+    key: str,
+    dialect: Dialect,
+    form: Form,
+    *,
+    again: bool = False,
+    max_age: float | None = None,
+) -> Step[Found]:
     """The stored answer under ``key`` in the form this request wants (or ``None``); whether the
     store failed (then the request goes upstream without coalescing: no second lookup); and the
     form of the answer to read its usage from (a JSON document when either form is one, so a
     streamed hit is not re-assembled just for the ledger). ``again``: the same request's second look
-    (a new flight's leader), whose unusable entry the first look already counted and logged."""
+    (a new flight's leader), whose unusable entry the first look already counted and logged.
+
+    An answer stored more than ``max_age`` seconds ago is not served (a miss, overwritten by the fresh
+    answer): a request whose URLs the caller vouched for accepts nothing older than its ``url_ttl``,
+    whoever stored the answer and for however long.
+    """
     if not rt.breaker.allow():
         rt.unavailable("lookup", None)
         return None, True, None
@@ -73,6 +86,8 @@ def lookup(rt: Runtime, key: str, dialect: Dialect, form: Form, *, again: bool =
         return None, False, None
     try:
         stored = record.decode(raw)
+        if max_age is not None and rt.clock() - stored.created_at > max_age:
+            return None, False, None  # older than the caller accepts: a miss, overwritten
         if (lacking := lacks(stored, dialect, form)) is not None:
             # Served in this form, the answer would lack a field the provider always sends in it: a
             # miss, and the fresh answer (asked with its usage) overwrites the entry.

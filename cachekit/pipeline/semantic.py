@@ -140,6 +140,7 @@ class SemanticStage:
                 scope=call.scope,
                 options=self._options,
                 ignore_fields=rt.config.ignore_fields,
+                urls_vouched=call.control.url_ttl is not None,
             )
             if isinstance(prepared, str):
                 return prepared  # not eligible: the reason
@@ -162,6 +163,9 @@ class SemanticStage:
             if not failed:  # the indexed answer expired or was evicted: drop it from the index too
                 yield from self.step(semantic, "forget", hit.entry_key, None)
             return None, semantic
+        max_age = call.control.max_age
+        if max_age is not None and rt.clock() - served.created_at > max_age:
+            return None, semantic  # older than this request's url_ttl accepts (still good for others)
         rt.stats.add("semantic_hits")
         logger.debug("semantic hit similarity=%.4f key=%s", hit.similarity, hit.entry_key[-16:])
         self._accountant.account(call, source, "semantic_hit")

@@ -81,7 +81,9 @@ class Upstream:
 
     def find(self, call: Call, *, coalesce: bool) -> Step[Led]:
         """The stored answer, or ``None`` and the flight this request now leads (single-flight)."""
-        served, failed, source = yield from lookup(self._rt, call.key, call.route.dialect, call.form)
+        served, failed, source = yield from lookup(
+            self._rt, call.key, call.route.dialect, call.form, max_age=call.control.max_age
+        )
         if served is not None or not coalesce or failed:
             if source is not None:
                 self._hit(call, source)
@@ -104,7 +106,9 @@ class Upstream:
             replacing = flight if step == "take over" else None
             if step not in ("read", "give up"):
                 continue
-            served, failed, source = yield from lookup(self._rt, key, dialect, form)
+            served, failed, source = yield from lookup(
+                self._rt, key, dialect, form, max_age=call.control.max_age
+            )
             if served is not None and source is not None:  # both or neither
                 self._rt.stats.add("coalesced")
                 self._hit(call, source)
@@ -118,7 +122,12 @@ class Upstream:
         the join)."""
         try:
             served, _, source = yield from lookup(
-                self._rt, call.key, call.route.dialect, call.form, again=True
+                self._rt,
+                call.key,
+                call.route.dialect,
+                call.form,
+                again=True,
+                max_age=call.control.max_age,
             )
         except BaseException:
             # Cancelled (or failed) while leading: land now, or followers would wait for nothing.

@@ -24,6 +24,7 @@ import orjson
 from cachekit._http import Request, rebuild_request
 from cachekit._types import Dialect
 from cachekit.providers import Route
+from cachekit.providers.state import UNKEYED_FIELDS, Verdict
 from cachekit.shape import canonical as canon
 from cachekit.shape.blocks import Block, BlockMemo, prompt_blocks
 
@@ -44,8 +45,8 @@ __all__ = [
 JSON_TYPE = "application/json"
 SSE_TYPE = "text/event-stream; charset=utf-8"
 # Fields that choose the *form* of the answer (a stream or one document, usage in the stream or not),
-# not the answer: they stay out of the key, so one entry serves both forms.
-FORM_FIELDS = frozenset({"stream", "stream_options"})
+# not the answer: they stay out of the key, so one entry serves both forms (the table's unkeyed rows).
+FORM_FIELDS = UNKEYED_FIELDS
 #: How many request digests a pipeline remembers (a few hundred bytes each).
 _SEEN_SIZE = 4096
 
@@ -157,6 +158,9 @@ class Seen:
     digest: bytes  # SHA-256 of the canonical body without form and opted-out fields
     form: Form
     model: str
+    #: What the body depends on outside itself (only what an opt-in lifts: a body with any other
+    #: reason is never keyed, so never remembered), asked again of each request with these bytes.
+    verdict: Verdict = field(default_factory=Verdict)
 
 
 class SeenBodies:

@@ -230,9 +230,11 @@ class SemanticLayer:
         scope: Iterable[str],
         options: canonical.CanonicalOptions,
         ignore_fields: frozenset[str],
+        urls_vouched: bool = False,
     ) -> SemanticRequest | str:
         """The request's partition and question, or why it is not eligible (counted by that reason:
         ``sampling``, ``not_text``, ...; the pipeline says it in ``x-cachekit-semantic-ineligible``).
+        ``urls_vouched``: the caller takes content given by URL as unchanged (``url_ttl``).
 
         The embedding model's id is part of the partition: vectors of two models never meet.
         """
@@ -243,6 +245,7 @@ class SemanticLayer:
             options=options,
             ignore_fields=ignore_fields,
             allow_sampling=self.config.allow_sampling,
+            urls_vouched=urls_vouched,
         )
         if isinstance(prepared, str):
             self.stats.add("ineligible", prepared)

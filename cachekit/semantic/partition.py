@@ -16,9 +16,11 @@ Not served semantically (the reason is counted):
   statement that interchangeable questions may share an answer, and the exact cache already replays
   sampled answers (``anthropic`` 2.x has no ``temperature`` parameter at all, so every one of its
   requests samples);
-* a request that continues server-side state: OpenAI Responses ``previous_response_id`` or
-  ``conversation``, an Anthropic ``container`` (its files come from earlier requests). What the answer
-  depends on is not in the request, so the partition cannot cover it;
+* a request that depends on server-side state or live data (:func:`cachekit.providers.state.classify`,
+  the one table of docs/correctness.md): a Responses ``previous_response_id`` or ``conversation``, an
+  Anthropic ``container``, a web search, a document given by URL (unless the caller vouched for its
+  URLs with ``url_ttl``). What the answer depends on is not in the request, so the partition cannot
+  cover it;
 * an empty question.
 """
 
@@ -30,19 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachekit._types import Dialect
+from cachekit.providers.state import UNKEYED_FIELDS, classify
 from cachekit.shape import canonical
 
 __all__ = ["SemanticRequest", "asks_for_variety", "split_request"]
 
-#: Fields that choose the form of the answer (stream or document), not the answer.
-_FORM_FIELDS = frozenset({"stream", "stream_options"})
 _PARTITION_DOMAIN = b"cachekit/semantic-partition/v1"
 _TEXT_PARTS = frozenset({"text", "input_text"})
-#: Fields naming server-side state the answer depends on but the request does not hold.
-_SERVER_STATE: dict[Dialect, tuple[str, ...]] = {
-    "openai_responses": ("previous_response_id", "conversation"),
-    "anthropic_messages": ("container",),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +57,7 @@ def split_request(
     options: canonical.CanonicalOptions,
     ignore_fields: frozenset[str] = frozenset(),
     allow_sampling: bool = False,
+    urls_vouched: bool = False,
 ) -> SemanticRequest | str:
     """The partition and question of ``body``, or the reason it cannot be served semantically.
 
@@ -72,11 +69,12 @@ def split_request(
         options: the canonicalization options the exact layer uses (tool order, whitespace).
         ignore_fields: top-level fields the exact key leaves out (``CacheConfig.ignore_fields``).
         allow_sampling: also serve requests that ask for variety (:func:`asks_for_variety`).
+        urls_vouched: the caller takes content given by URL as unchanged (``url_ttl``).
     """
     if not allow_sampling and asks_for_variety(body):
         return "sampling"
-    if any(body.get(name) is not None for name in _SERVER_STATE.get(dialect, ())):
-        return "server_state"
+    if remaining := classify(dialect, body).remaining(urls_vouched=urls_vouched):
+        return "server_state" if any(r.startswith("server-state:") for r in remaining) else "live_data"
     if dialect == "openai_responses":
         split = _split_responses(body)
     elif dialect in ("anthropic_messages", "openai_chat"):
@@ -88,7 +86,7 @@ def split_request(
     question, rest = split
     if not question.strip():
         return "empty_question"
-    kept = {k: v for k, v in rest.items() if k not in _FORM_FIELDS and k not in ignore_fields}
+    kept = {k: v for k, v in rest.items() if k not in UNKEYED_FIELDS and k not in ignore_fields}
     digest = hashlib.sha256()
     for field in (_PARTITION_DOMAIN, *(s.encode() for s in scope), dialect.encode()):
         digest.update(len(field).to_bytes(8, "big"))

@@ -12,6 +12,8 @@ Markdown is read unrendered), and the hook replaces it before MkDocs renders the
 * ``<!-- cachekit:usage NAME -->`` — the usage fields cachekit reads for a provider (the table in
   :mod:`cachekit.cost.usage`'s docstring) and an example normalized by :func:`cachekit.cost.normalize`
   itself;
+* ``<!-- cachekit:correctness DIALECT -->`` — what may be answered from cache: every row of the
+  classification table (:data:`cachekit.providers.state.FIELDS`) for one API dialect;
 * ``<!-- cachekit:cli -->`` / ``<!-- cachekit:cli COMMAND -->`` — ``cachekit [COMMAND] --help``;
   ``<!-- cachekit:cli-sections -->`` — a section with the help of every subcommand there is.
 
@@ -426,6 +428,46 @@ def usage_section(provider: str | None) -> str:
     return "\n".join(parts)
 
 
+#: What each class means for the cache, as the correctness tables say it.
+CORRECTNESS_CLASSES = {
+    "key": "in the key",
+    "live": "**live**: bypass",
+    "state": "**state**: bypass",
+    "neutral": "neutral",
+}
+
+
+def correctness_table(dialect: str | None) -> str:
+    """Every row of the classification table for one dialect: the inputs, their class, when a live or
+    state input applies, the bypass reason, and why (``anthropic_count_tokens``: its live and state
+    rows, and the rows that are its own)."""
+    from cachekit.providers.state import FIELDS
+
+    dialects = {d for row in FIELDS for d in row.dialects}
+    name = _known(dialect, dialects, "correctness")
+    rows = [row for row in FIELDS if name in row.dialects]
+    if name == "anthropic_count_tokens":
+        rows = [row for row in rows if row.reason is not None or row.dialects == (name,)]
+    body = []
+    for row in rows:
+        inputs = "<br>".join(_cell(f"`{part}`") for part in _alternatives(row.pattern))
+        kind = CORRECTNESS_CLASSES[row.kind]
+        if row.kind == "neutral":
+            kind += ", kept in the key" if row.keyed else ", left out of the key"
+        when = row.condition or ("when set" if row.reason is not None else "—")
+        why = _cell(row.why)
+        if row.provider:
+            why += f" *({_cell(row.provider)})*"
+        body.append([inputs, kind, when, f"`{row.reason}`" if row.reason else "—", why])
+    return _table(["input (path)", "class", "when", "bypass reason", "why"], body)
+
+
+def _alternatives(pattern: str) -> list[str]:
+    from cachekit.providers.state import alternatives
+
+    return alternatives(pattern)
+
+
 def _cli_parser() -> argparse.ArgumentParser:
     """The ``cachekit`` command line's parser, laid out :data:`HELP_WIDTH` columns wide, never in color."""
     from cachekit.cli import _build_parser
@@ -485,6 +527,7 @@ GENERATORS: dict[str, Callable[[str | None], str]] = {
     "cache-rules": cache_rules_table,
     "prices": prices_table,
     "usage": usage_section,
+    "correctness": correctness_table,
     "cli": cli_help,
     "cli-sections": cli_sections,
 }
