@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import functools
 import importlib
-import threading
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, TypeAlias
+
+from cachekit import _fork
 
 __all__ = ["Request", "Response", "build_response", "library_of", "rebuild_request"]
 
@@ -27,7 +28,7 @@ _LIBRARIES = ("httpx", "httpx2")
 
 
 _library_cache: dict[type, ModuleType] = {}
-_library_lock = threading.Lock()
+_library_lock = _fork.lock()
 
 
 def library_of(obj: object) -> ModuleType:

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from cachekit import _fork
 from cachekit.errors import ConfigError
 
 __all__ = ["BreakerState", "BreakerStats", "CircuitBreaker"]
@@ -83,7 +83,7 @@ class CircuitBreaker:
         self._max_cooldown = float(max_cooldown)
         self._clock = clock
         self._name = name
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self._state: BreakerState = "closed"
         self._failures = 0
         self._cooldown = self._base_cooldown

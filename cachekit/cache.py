@@ -7,12 +7,12 @@ connection.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeAlias, cast
 
+from cachekit import _fork
 from cachekit.config import CacheConfig, cachekit_home
 from cachekit.cost.ledger import Ledger, SQLiteSink, default_ledger_path
 from cachekit.errors import ConfigError
@@ -70,7 +70,7 @@ class Cache:
             flight_clock=clock or time.monotonic,
         )
         self._closed = False
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     @property
     def stats(self) -> PipelineStats:
@@ -78,26 +78,35 @@ class Cache:
         return self.pipeline.stats
 
     def close(self) -> None:
-        """Close the store if this cache opened it. Idempotent."""
+        """Write what this process recorded to the ledger, and close the store if this cache opened
+        it. Idempotent. (The ledger stays open: other clients may share it.)"""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        self._flush_ledger()
         self.pipeline.close_semantic()
         if self._owns_store and self.sync_store is not None:
             self.sync_store.close()
 
     async def aclose(self) -> None:
-        """Close the store if this cache opened it (async stores too). Idempotent."""
+        """As :meth:`close`, for async stores too. Idempotent."""
         if self.async_store is not None and self._owns_store:
             with self._lock:
                 if self._closed:
                     return
                 self._closed = True
+            self._flush_ledger()
             self.pipeline.close_semantic()
             await self.async_store.aclose()
         else:
             self.close()
+
+    def _flush_ledger(self) -> None:
+        # Closing a client is the documented way for a process that will not run exit hooks (a forked
+        # child ending with os._exit) to keep its records; a blocking write, fine off the request path.
+        if self.ledger is not None:
+            self.ledger.flush()
 
 
 def _encrypted(store: Store | AsyncStore, keys: Mapping[str, bytes] | str) -> Store | AsyncStore:
@@ -111,7 +120,7 @@ def _encrypted(store: Store | AsyncStore, keys: Mapping[str, bytes] | str) -> St
 
 
 _default_ledgers: dict[Path, Ledger] = {}
-_default_ledgers_lock = threading.Lock()
+_default_ledgers_lock = _fork.lock()
 
 
 def _ledger_for(setting: Ledger | bool) -> Ledger | None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import functools
 import importlib
-import threading
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from cachekit import _fork
 from cachekit._http import library_of
 from cachekit.cache import Cache, CacheLike, as_cache
 from cachekit.errors import ConfigError, MissingExtraError
@@ -37,7 +37,7 @@ DROP_IN_CLIENTS: dict[str, tuple[str, str, str]] = {
 _built: dict[str, type[Any]] = {}
 #: What a copy() hands to the client it builds: the cache and the request memo.
 _copying: ContextVar[tuple[Cache, RequestMemo] | None] = ContextVar("cachekit_copying", default=None)
-_built_lock = threading.Lock()
+_built_lock = _fork.lock()
 
 
 def _http_client_of(client: Any) -> Any:

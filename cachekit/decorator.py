@@ -11,13 +11,13 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import threading
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar, cast, overload
 
 import orjson
 
+from cachekit import _fork
 from cachekit.cache import Cache, CacheLike, as_cache
 from cachekit.context import UNSET, CallPolicy, _current, _Unset, make_policy
 from cachekit.errors import MemoizeError, MemoizeWarning
@@ -47,7 +47,7 @@ class _Memo:
         self._name = name or qualified
         self._cache_arg = cache
         self._cache: Cache | None = None
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self._policy = policy
 
     def cache(self) -> Cache:

@@ -32,13 +32,13 @@ import functools
 import hashlib
 import logging
 import math
-import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import orjson
 
+from cachekit import _fork
 from cachekit._types import Ttl
 
 if TYPE_CHECKING:
@@ -281,7 +281,7 @@ class GapMemory:
             raise ValueError(f"capacity must be >= 1, got {capacity!r}")
         self._capacity = capacity
         self._slots: OrderedDict[tuple[bytes, str], _Slot] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     @staticmethod
     def digest(model: str) -> str:

@@ -24,7 +24,6 @@ import functools
 import hashlib
 import logging
 import marshal
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from cachekit import _fork
 
 __all__ = ["MEMOIZED_METHODS", "RequestMemo", "memoize_resources", "record_post"]
 
@@ -112,7 +113,7 @@ class RequestMemo:
     def __init__(self, *, max_entries: int = _DEFAULT_ENTRIES, max_bytes: int = _DEFAULT_BYTES) -> None:
         self._entries: OrderedDict[bytes, _Post] = OrderedDict()
         self._bytes = 0
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self.max_entries = max_entries
         self.max_bytes = max_bytes
 

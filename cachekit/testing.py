@@ -64,7 +64,6 @@ from __future__ import annotations
 import functools
 import importlib
 import itertools
-import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -77,6 +76,7 @@ import anyio
 import httpx2
 import orjson
 
+from cachekit import _fork
 from cachekit._http import library_of
 from cachekit.cache import Cache, CacheLike
 from cachekit.clients import drop_in_class
@@ -148,7 +148,7 @@ class Hold:
     """
 
     def __init__(self, times: int) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self._free = times
         self._all_arrived = Signal()
         self._released = Signal()
@@ -192,7 +192,7 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
     def __init__(self, *, latency: float = 0.0, chunk_delay: float = 0.0) -> None:
         self.latency = latency
         self.chunk_delay = chunk_delay
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self._calls = 0
         self._requests: list[RecordedRequest] = []
         self._scripted: deque[_Scripted] = deque()
@@ -450,7 +450,7 @@ class LocalAPI:
         self.ledger = Ledger([MemorySink()])
         self._caches: dict[str, Cache] = {}
         self._clients: list[httpx2.Client] = []
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     @property
     def calls(self) -> int:

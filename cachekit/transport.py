@@ -27,6 +27,7 @@ from typing import Any
 import anyio.to_thread
 import httpx2
 
+from cachekit import _fork
 from cachekit._http import Request, Response, build_response, library_of
 from cachekit.cache import Cache, CacheLike, as_cache
 from cachekit.pipeline import Effect, Exchange, Load, Offload, PipelineStats, Read, Save, Send, Tee, Wait
@@ -246,7 +247,13 @@ class _Deferred:
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
+        _fork.register(self)
+
+    def _after_fork_in_child(self) -> None:
+        # The worker is the parent's thread, and the queued cleanups are of the parent's streams.
+        self._queue = queue.SimpleQueue()
+        self._worker = None
 
     def start(self) -> None:
         """Start the worker (from ordinary code, never from a finalizer)."""
@@ -307,7 +314,15 @@ class _CachingBase:
         self._owns_cache = owned if owns_cache is None else owns_cache
         self._inner = transport
         self._router: _ProxyRouter | None = None
-        self._router_lock = threading.Lock()
+        self._router_lock = _fork.lock(self)
+        _fork.register(self)
+
+    def _after_fork_in_child(self) -> None:
+        # The inner transport cachekit built holds the parent's keep-alive connections upstream; a
+        # child sending on them would interleave with the parent. Kept, not closed, and built anew.
+        if self._router is not None:
+            _fork.keep(self._router)
+            self._router = None
 
     @property
     def cache(self) -> Cache:

@@ -27,6 +27,7 @@ from cachekit.cost import (
     normalize,
 )
 from cachekit.cost.report import load_records
+from cachekit.errors import ConfigError
 
 SONNET_USAGE = UsageRecord(1_000, 10_000, 0, 50_000, 500)  # $0.063 with caching, $0.1905 without
 
@@ -318,7 +319,34 @@ def test_recording_after_close_is_dropped_not_raised() -> None:
     assert ledger.stats.dropped == 1
 
 
-def test_full_queue_drops_after_the_timeout() -> None:
+# A hang guard, not a bound: the ledger used to wait a second per record on a full queue (200 s here).
+@pytest.mark.timeout(60)
+def test_a_full_queue_drops_at_once_and_warns_once(caplog: pytest.LogCaptureFixture) -> None:
+    writing, gate = threading.Event(), threading.Event()
+
+    class StuckSink(BrokenSink):
+        def write(self, records: Any) -> None:
+            writing.set()
+            gate.wait()
+
+    ledger = Ledger([StuckSink()], max_pending=4, batch_size=1, flush_interval=0.01)
+    try:
+        with caplog.at_level(logging.WARNING, logger="cachekit.cost"):
+            ledger.record_call("openai", "gpt-4o", SONNET_USAGE)
+            writing.wait()  # the writer holds that record, stuck in the sink: nothing makes room
+            for _ in range(4 + 200):
+                ledger.record_call("openai", "gpt-4o", SONNET_USAGE)
+            assert ledger.stats.dropped == 200
+            full = [r for r in caplog.records if "write queue is full" in r.getMessage()]
+            assert len(full) == 1  # once, not per record
+    finally:
+        gate.set()
+    with caplog.at_level(logging.WARNING, logger="cachekit.cost"):
+        ledger.close()
+    assert "writer caught up; 200 records dropped" in caplog.text
+
+
+def test_a_full_queue_waits_only_as_long_as_allowed() -> None:
     gate = threading.Event()
 
     class SlowSink(BrokenSink):
@@ -333,6 +361,12 @@ def test_full_queue_drops_after_the_timeout() -> None:
     finally:
         gate.set()
         ledger.close()
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_overflow_timeout_must_be_a_finite_wait(bad: float) -> None:
+    with pytest.raises(ConfigError, match="overflow_timeout"):
+        Ledger([MemorySink()], overflow_timeout=bad)
 
 
 # -- budgets ---------------------------------------------------------------------------------------------

@@ -2,10 +2,14 @@
 
 Recording is built for the request path: :meth:`Ledger.record` appends to an in-memory queue and
 returns; a background thread drains the queue in batches into the slow sinks (SQLite, JSONL). The
-queue is bounded: when it is full the caller waits up to ``overflow_timeout`` for the writer, then the
-record is dropped, counted in :attr:`Ledger.stats` and logged, because a ledger failure must never fail
-the user's request. :meth:`Ledger.flush` writes everything recorded so far; :meth:`Ledger.close` (also
-run at interpreter exit) flushes and closes the sinks.
+queue is bounded: when it is full the record is dropped at once, counted in :attr:`Ledger.stats` and
+logged once (not per record) until the writer catches up, because neither a wait nor a failure of the
+ledger may reach the user's request. :meth:`Ledger.flush` writes everything recorded so far;
+:meth:`Ledger.close` (also run at interpreter exit) flushes and closes the sinks.
+
+After ``fork()`` a child records through the ledger it inherited: it starts a writer of its own, on
+connections of its own, and writes only its own records (the parent's queued records are the
+parent's to write); it flushes when it exits (:mod:`cachekit._fork`).
 
 Outcomes and what a record says:
 
@@ -22,9 +26,9 @@ summed as zero, in :meth:`Ledger.totals`.
 
 from __future__ import annotations
 
-import atexit
 import datetime as _dt
 import logging
+import math
 import sqlite3
 import threading
 import time as _time
@@ -36,9 +40,11 @@ from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import orjson
 
+from cachekit import _fork
 from cachekit._home import cachekit_home
 from cachekit.cost.prices import PriceTable, default_prices
 from cachekit.cost.usage import TOKEN_FIELDS, UsageRecord, price_context_of_body, usage_of_body
+from cachekit.errors import ConfigError
 
 __all__ = [
     "GROUP_FIELDS",
@@ -218,7 +224,7 @@ class MemorySink:
 
     def __init__(self) -> None:
         self._records: list[CallRecord] = []
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     def write(self, records: Sequence[CallRecord]) -> None:
         """Append the records."""
@@ -244,7 +250,7 @@ class JSONLSink:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     def write(self, records: Sequence[CallRecord]) -> None:
         """Append the records as JSON lines."""
@@ -343,36 +349,59 @@ def _sql_row(r: CallRecord) -> tuple[Any, ...]:
 
 
 class SQLiteSink:
-    """The default sink: a SQLite file (WAL mode), one row per call, written in batched transactions."""
+    """The default sink: a SQLite file (WAL mode), one row per call, written in batched transactions.
+
+    A forked child writes on a connection of its own, opened on its first write (SQLite forbids using
+    a connection across ``fork()``).
+    """
 
     synchronous = False
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_ledger_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self._closed = False
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
-        try:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-        except sqlite3.DatabaseError:  # pragma: no cover - filesystems without shared memory
-            logger.warning("cachekit.cost: %s cannot use WAL mode; using the default journal", self.path)
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
         placeholders = ", ".join("?" for _ in _COLUMNS)
         self._insert = f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES ({placeholders})"
+        self._conn: sqlite3.Connection | None = self._connect()
+        self._conn.executescript(_SCHEMA)
+        _fork.register(self)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.DatabaseError:  # pragma: no cover - filesystems without shared memory
+            logger.warning("cachekit.cost: %s cannot use WAL mode; using the default journal", self.path)
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    def _live(self) -> sqlite3.Connection:
+        """The open connection (the caller holds the lock); a forked child opens its own here."""
+        if self._conn is None:
+            if self._closed:
+                raise sqlite3.ProgrammingError(f"the ledger sink {str(self.path)!r} is closed")
+            self._conn = self._connect()
+        return self._conn
+
+    def _after_fork_in_child(self) -> None:
+        if self._conn is not None:
+            _fork.keep(self._conn)  # the parent's: never used nor closed here
+            self._conn = None
 
     def write(self, records: Sequence[CallRecord]) -> None:
         """Insert the batch in one transaction."""
         rows = [_sql_row(record) for record in records]
         with self._lock:
-            self._conn.execute("BEGIN")
+            conn = self._live()
+            conn.execute("BEGIN")
             try:
-                self._conn.executemany(self._insert, rows)
+                conn.executemany(self._insert, rows)
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
+            conn.execute("COMMIT")
 
     def read(self, since: float | None = None) -> list[CallRecord]:
         """Rows with ``time >= since``, oldest first."""
@@ -390,7 +419,7 @@ class SQLiteSink:
                 finally:
                     conn.close()
             else:
-                rows = self._conn.execute(query, params).fetchall()
+                rows = self._live().execute(query, params).fetchall()
         records = []
         for row in rows:
             d = dict(zip(_COLUMNS, row, strict=True))
@@ -403,7 +432,9 @@ class SQLiteSink:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._conn.close()
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
 
 
 # -- totals --------------------------------------------------------------------------------------------
@@ -567,7 +598,8 @@ class _BudgetState:
 
 @dataclass
 class LedgerStats:
-    """Counters for what did not go to plan: records dropped on a full queue, failed sink writes."""
+    """Counters for what did not go to plan: records dropped (a full queue, or recorded after close)
+    and failed sink writes. A forked child counts its own, from zero."""
 
     dropped: int = 0
     write_errors: int = 0
@@ -576,7 +608,19 @@ class LedgerStats:
 class Ledger:
     """Records calls to sinks (SQLite under ``$CACHEKIT_HOME`` by default), sums them, watches budgets.
 
-    Use as a context manager, or call :meth:`close`; it is also closed at interpreter exit.
+    Use as a context manager, or call :meth:`close`; it is also closed at interpreter exit, and when a
+    forked child that inherited it exits (see :mod:`cachekit._fork` for children that end otherwise).
+
+    Args:
+        sinks: where records go (default: one :class:`SQLiteSink` under ``$CACHEKIT_HOME``).
+        prices: the price table (default: the bundled one).
+        budgets: spending limits to watch.
+        max_pending: records the queue holds for the background writer; beyond it records are dropped.
+        batch_size: records per sink write; a full batch wakes the writer early.
+        flush_interval: seconds the writer sleeps between batches.
+        overflow_timeout: seconds :meth:`record` may wait for room in a full queue before dropping.
+            0 by default: the request path never waits for the ledger. A batch job that would rather
+            slow down than lose a record may allow a wait.
     """
 
     def __init__(
@@ -588,30 +632,46 @@ class Ledger:
         max_pending: int = 65536,
         batch_size: int = 1024,
         flush_interval: float = 0.25,
-        overflow_timeout: float = 1.0,
+        overflow_timeout: float = 0.0,
     ) -> None:
+        if not 0 <= overflow_timeout < math.inf:  # also rejects NaN
+            raise ConfigError(
+                f"overflow_timeout must be a finite number of seconds >= 0, not {overflow_timeout!r}"
+            )
         self.prices = prices if prices is not None else default_prices()
         self.sinks: tuple[LedgerSink, ...] = tuple(sinks) if sinks is not None else (SQLiteSink(),)
         self._sync = tuple(s for s in self.sinks if getattr(s, "synchronous", False))
         self._async = tuple(s for s in self.sinks if not getattr(s, "synchronous", False))
-        self._pending: deque[CallRecord] = deque()
         self._max_pending = max_pending
         self._batch_size = batch_size
         self._flush_interval = flush_interval
         self._overflow_timeout = overflow_timeout
+        self._budgets = [_BudgetState(b) for b in budgets]
+        self._closed = False
+        self._own_process_parts()
+        _fork.register(self)
+        _fork.at_exit(self)
+
+    def _own_process_parts(self) -> None:
+        """What each process has its own of: the queue, the writer thread (started by the first record
+        that needs it), the locks and the counters."""
+        self._pending: deque[CallRecord] = deque()
+        self._thread: threading.Thread | None = None
+        self._stopping = self._closed
+        #: Set while records are being dropped on a full queue: warned when it starts and when it ends.
+        self._overflowing = False
         self._wake = threading.Event()
+        self._room = threading.Condition(threading.Lock())
+        self._start_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._stats_lock = threading.Lock()
-        self._budgets = [_BudgetState(b) for b in budgets]
         self._budget_lock = threading.Lock()
         self.stats = LedgerStats()
-        self._closed = False
-        self._stopping = False
-        self._thread: threading.Thread | None = None
-        if self._async:
-            self._thread = threading.Thread(target=self._run, name="cachekit-ledger", daemon=True)
-            self._thread.start()
-        atexit.register(self.close)
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's writer does not run here and its queue holds the parent's records, which the
+        # parent writes: this process starts from an empty queue, and a writer of its own on first use.
+        self._own_process_parts()
 
     # hot path
 
@@ -626,9 +686,11 @@ class Ledger:
             except Exception:
                 self._write_failed(sink)
         if self._async:
+            if self._thread is None:
+                self._start_writer()
             pending = self._pending
-            if len(pending) >= self._max_pending:
-                self._overflow(record)
+            if len(pending) >= self._max_pending and not self._room_after_wait():
+                self._dropped_on_full_queue()
             else:
                 pending.append(record)
                 if len(pending) >= self._batch_size:
@@ -685,15 +747,35 @@ class Ledger:
             provider, model, usage, outcome=outcome, tenant=tenant, site=site, time=time, context=context
         )
 
-    def _overflow(self, record: CallRecord) -> None:
+    def _start_writer(self) -> None:
+        with self._start_lock:
+            if self._thread is None and not self._stopping:
+                thread = threading.Thread(target=self._run, name="cachekit-ledger", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def _room_after_wait(self) -> bool:
+        """Whether the full queue has room after waiting for the writer: only with ``overflow_timeout``."""
+        if not self._overflow_timeout:
+            return False
         self._wake.set()
-        deadline = _time.monotonic() + self._overflow_timeout
-        while len(self._pending) >= self._max_pending and not self._stopping:
-            if _time.monotonic() >= deadline:
-                self._drop(record, "the write queue is full")
-                return
-            _time.sleep(0.001)
-        self._pending.append(record)
+        with self._room:
+            return self._room.wait_for(
+                lambda: len(self._pending) < self._max_pending or self._stopping, self._overflow_timeout
+            )
+
+    def _dropped_on_full_queue(self) -> None:
+        self._wake.set()
+        with self._stats_lock:
+            self.stats.dropped += 1
+            starts = not self._overflowing
+            self._overflowing = True
+        if starts:  # once per overflow, not per record: a full queue must not flood the log too
+            logger.warning(
+                "cachekit.cost: the ledger's write queue is full (%d records); dropping records until "
+                "its writer catches up (counted in Ledger.stats.dropped)",
+                self._max_pending,
+            )
 
     def _drop(self, record: CallRecord, why: str) -> None:
         with self._stats_lock:
@@ -743,11 +825,19 @@ class Ledger:
                         batch.append(pending.popleft())
                 except IndexError:
                     pass
+                if self._overflow_timeout:
+                    with self._room:
+                        self._room.notify_all()
                 for sink in self._async:
                     try:
                         sink.write(batch)
                     except Exception:
                         self._write_failed(sink)
+        if self._overflowing and not self._pending:
+            with self._stats_lock:
+                self._overflowing = False
+                dropped = self.stats.dropped
+            logger.warning("cachekit.cost: the ledger's writer caught up; %d records dropped so far", dropped)
 
     def flush(self) -> None:
         """Write every record recorded so far to every sink before returning."""
@@ -763,8 +853,12 @@ class Ledger:
         self._closed = True
         self._stopping = True
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        with self._room:
+            self._room.notify_all()
+        with self._start_lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=30)
         self._drain()
         while self._pending:  # recorded by another thread after the final drain: too late
             self._drop(self._pending.popleft(), "the ledger is closed")
@@ -775,7 +869,6 @@ class Ledger:
                 logger.warning(
                     "cachekit.cost: closing ledger sink %s failed", type(sink).__name__, exc_info=True
                 )
-        atexit.unregister(self.close)
 
     def __enter__(self) -> Ledger:
         return self

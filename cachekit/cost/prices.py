@@ -46,6 +46,7 @@ from typing import Any
 
 import orjson
 
+from cachekit import _fork
 from cachekit.cost import genai
 from cachekit.cost.usage import UsageRecord
 from cachekit.errors import ConfigError
@@ -374,7 +375,7 @@ class PriceTable:
                 self._names[key] = row
         self._resolved: dict[tuple[str, str], ModelPrice | None] = {}
         self._warned: set[tuple[str, ...]] = set()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     @classmethod
     def load(
@@ -664,7 +665,7 @@ def _validated(raw: Any, index: int, origin: str, *, strict: bool) -> ModelPrice
 @dataclass
 class _Default:
     table: PriceTable | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=_fork.lock)
 
 
 _DEFAULT = _Default()

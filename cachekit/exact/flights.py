@@ -39,6 +39,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeAlias
 
+from cachekit import _fork
+
 __all__ = ["SLOW_WAIT", "STALL_AFTER", "Flight", "Flights", "Follower", "Signal", "WaitResult", "retry_of"]
 
 logger = logging.getLogger("cachekit.flights")
@@ -270,11 +272,17 @@ class Flights:
         stall_after: float = STALL_AFTER,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self._flights: dict[str, Flight] = {}
         self._stale_after = stale_after
         self.stall_after = stall_after
         self.clock = clock
+        _fork.register(self)
+
+    def _after_fork_in_child(self) -> None:
+        # The leaders of the flights in progress are threads of the parent: nothing would land them
+        # here, and a follower in the child would wait for them until its patience ran out.
+        self._flights = {}
 
     def join(self, key: str, *, instead_of: Flight | None = None) -> tuple[Flight, bool]:
         """The flight for ``key`` and whether the caller leads it (a new flight) or follows.

@@ -34,13 +34,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cachekit import _fork
 from cachekit._types import Section, Ttl
 from cachekit.local.clock import DEFAULT_CLOCK, Clock
 from cachekit.providers.cache_rules import CacheRules, cache_rules, default_cache_rules
@@ -238,7 +238,7 @@ class _BilledCache:
     def __init__(self, clock: Clock | None, capacity_tokens: int) -> None:
         self._clock = clock if clock is not None else DEFAULT_CLOCK
         self._store = _EntryStore(capacity_tokens)
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     @property
     def stored_tokens(self) -> int:

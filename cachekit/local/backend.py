@@ -27,13 +27,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import orjson
 
+from cachekit import _fork
 from cachekit._types import Ttl
 from cachekit.local.accounting import AnthropicCache, CacheRuleError, OpenAICache, Retention
 from cachekit.local.clock import Clock
@@ -128,7 +128,7 @@ class LocalBackend:
         self._models = frozenset(models) if models is not None else None
         self._accept_any_model = accept_any_model
         self._announce = announce
-        self._lock = threading.Lock()  # the counters
+        self._lock = _fork.lock(self)  # the counters
         self._requests = 0
         self._errors = 0
         self._billed = [0, 0, 0]

@@ -32,7 +32,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -42,6 +41,7 @@ from typing import Any, cast
 
 import torch
 
+from cachekit import _fork
 from cachekit.local.engine import GenerationState, Prompt, Tokenizer, ToolCall, Turn
 from cachekit.local.kv.hashing import BlockHash, block_hashes, root_hash
 from cachekit.local.kv.pool import Block, BlockPool, PoolStats
@@ -363,7 +363,7 @@ class TransformersEngine:
             budget_bytes=kv_budget_bytes, size_of=lambda block: block.nbytes, spill=self.spill
         )
         self.last_run: RunStats | None = None
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self._closed = False
         _log.info(
             "loaded %s on %s (%s, KV blocks of %d tokens, %s)",

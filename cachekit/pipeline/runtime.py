@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cachekit import _fork
 from cachekit.breaker import CircuitBreaker
 from cachekit.config import CacheConfig
 from cachekit.cost.ledger import Ledger
@@ -18,7 +19,7 @@ __all__ = ["PipelineStats", "Runtime"]
 logger = logging.getLogger("cachekit.pipeline")
 
 
-@dataclass(slots=True)
+@dataclass
 class PipelineStats:
     """Counters of what the response cache did (read them with :meth:`Pipeline.snapshot`)."""
 
@@ -51,7 +52,11 @@ class PipelineStats:
     lint_refusals: int = 0
     #: Requests whose breakpoints could not be planned (the caller's markers break the provider's rules).
     plan_errors: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # Set by __post_init__: a lock the fork registry renews, which holds its owner weakly (so no slots).
+    _lock: threading.Lock = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._lock = _fork.lock(self)
 
     def add(self, name: str) -> None:
         """Increment one counter, thread-safely."""

@@ -10,11 +10,11 @@ is a counted miss, never the caller's error.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cachekit import _fork
 from cachekit._http import Response
 from cachekit.breaker import CircuitBreaker
 from cachekit.pipeline import answers
@@ -66,7 +66,7 @@ class SemanticStage:
         self._accountant = accountant
         self._options = options
         self._layer: SemanticLayer | None = None
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         config = runtime.config
         #: Skips the semantic layer while its index or embedder keeps failing.
         self.breaker = CircuitBreaker(

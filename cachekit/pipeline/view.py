@@ -15,12 +15,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from cachekit import _fork
 from cachekit._http import Request, rebuild_request
 from cachekit._types import Dialect
 from cachekit.providers import Route
@@ -168,7 +168,7 @@ class SeenBodies:
 
     def __init__(self) -> None:
         self._seen: dict[bytes, Seen] = {}
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     def get(self, digest: bytes) -> Seen | None:
         """What was remembered of the body with this digest (a dict read: atomic, no lock)."""

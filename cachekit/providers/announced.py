@@ -16,8 +16,8 @@ nothing about its billing.
 from __future__ import annotations
 
 import functools
-import threading
 
+from cachekit import _fork
 from cachekit.providers.registry import Route
 
 __all__ = ["NO_PROMPT_CACHE", "RULES_HEADER", "HostRules"]
@@ -46,7 +46,7 @@ class HostRules:
     """The announced caching rules of the hosts one client talks to. Thread-safe."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         #: By base URL and API: the announced rules, or ``""`` for a host that answered silently.
         self._heard: dict[tuple[str, str], str] = {}
         self._silent_hosts: set[str] = set()

@@ -22,11 +22,11 @@ request read what an earlier one wrote in its messages.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from cachekit import _fork
 from cachekit._types import Ttl
 from cachekit.providers.cache_rules import CacheRules
 from cachekit.shape.blocks import Block
@@ -156,7 +156,7 @@ class TailOdds:
     def __init__(self, capacity: int = 10_000) -> None:
         self._capacity = capacity
         self._counts: OrderedDict[tuple[bytes, str], list[int]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     def observe(self, partition: bytes, model: str, *, read: bool) -> None:
         """Count one request of ``partition`` and ``model``, and whether it read an earlier write."""

@@ -24,12 +24,12 @@ import contextlib
 import hashlib
 import importlib.util
 import os
-import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cachekit import _fork
 from cachekit._progress import transformers_bars_off
 from cachekit.errors import ConfigError, MissingExtraError
 from cachekit.semantic.base import SemanticError, Vector
@@ -86,7 +86,7 @@ class _TextCache:
         self.hits = 0
         self.misses = 0
         self._items: OrderedDict[str, Vector] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     def get_many(self, texts: Sequence[str]) -> list[Vector | None]:
         found: list[Vector | None] = []
@@ -188,7 +188,7 @@ def _bundled_model_dir() -> Path:
 
 
 _digests: dict[tuple[object, ...], str] = {}
-_digests_lock = threading.Lock()
+_digests_lock = _fork.lock()
 
 
 def model_digest(directory: str | os.PathLike[str]) -> str:
@@ -287,9 +287,9 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
         self._model: Any = None
         self._model_id: str | None = None
         self._dimension: int | None = None
-        self._load_lock = threading.Lock()
+        self._load_lock = _fork.lock(self)
         # Fast tokenizers refuse concurrent use from threads ("Already borrowed"): one encode at a time.
-        self._encode_lock = threading.Lock()
+        self._encode_lock = _fork.lock(self)
 
     @property
     def path(self) -> Path:
@@ -441,7 +441,7 @@ class OpenAIEmbedder(_CachedEmbedder):
         self._dimensions = dimensions
         self._dimension: int | None = dimensions or _OPENAI_DIMENSIONS.get(model)
         self._cache = _TextCache(cache_size)
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     @property
     def model(self) -> str:
@@ -518,7 +518,7 @@ class OpenAIEmbedder(_CachedEmbedder):
 # -- the process-wide default ---------------------------------------------------------------------
 
 _default: SentenceTransformerEmbedder | None = None
-_default_lock = threading.Lock()
+_default_lock = _fork.lock()
 
 
 def default_embedder() -> SentenceTransformerEmbedder:

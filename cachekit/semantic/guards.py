@@ -28,7 +28,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from cachekit import _fork
 from cachekit.semantic.base import Embedder
 
 __all__ = [
@@ -1215,7 +1215,7 @@ class ContentWordGuard:
         self.threshold = threshold
         self._cache: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._cache_size = cache_size
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     def __call__(self, query: str, stored: str, /) -> str | None:
         """Check ``stored`` against ``query`` (see the class docstring)."""

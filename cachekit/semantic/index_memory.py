@@ -34,12 +34,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from cachekit import _fork
 from cachekit.errors import ConfigError, MissingExtraError
 from cachekit.semantic.base import Candidate, DimensionMismatchError, SemanticError, Vector
 from cachekit.stores.memory import _check_ttl
@@ -258,7 +258,7 @@ class MemoryVectorIndex:
         require_numpy()
         self._approximate = _choose_approximate(approximate)
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self._parts: dict[str, _Partition] = {}
         #: (partition, entry key) of every entry, oldest-added first: the global eviction order
         self._order: OrderedDict[tuple[str, str], None] = OrderedDict()

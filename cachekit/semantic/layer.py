@@ -29,6 +29,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cachekit import _fork
 from cachekit._types import Dialect
 from cachekit.errors import ConfigError
 from cachekit.semantic.base import Candidate, Embedder, SemanticError, Vector, VectorIndex
@@ -118,7 +119,7 @@ class SemanticConfig:
             raise ConfigError(f"semantic timeout must be a positive number of seconds, not {self.timeout!r}")
 
 
-@dataclass(slots=True)
+@dataclass
 class SemanticStats:
     """Counters of the semantic layer: lookups, hits, and why requests were not served."""
 
@@ -135,7 +136,11 @@ class SemanticStats:
     #: by reason: ``foreign`` (the answer lies outside the requester's partition), ``forged`` (the MAC
     #: does not verify), ``unsigned`` (no MAC: written before entries were bound).
     unverified: Counter[str] = field(default_factory=Counter)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # Set by __post_init__: a lock the fork registry renews, which holds its owner weakly (so no slots).
+    _lock: threading.Lock = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._lock = _fork.lock(self)
 
     def add(self, name: str, reason: str | None = None, count: int = 1) -> None:
         """Increment a counter (``reason`` picks the entry of ``ineligible``/``rejected``/``unverified``)."""
@@ -170,12 +175,20 @@ class SemanticLayer:
             )
         self.config = config
         self.stats = SemanticStats()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self._embedder: Embedder | None = config.embedder
         self._index: VectorIndex | None = config.index if not isinstance(config.index, str) else None
         self._matcher: Matcher | None = None
         self._warmed = False
         self._workers: ThreadPoolExecutor | None = None
+        _fork.register(self)
+
+    def _after_fork_in_child(self) -> None:
+        # The pool's threads are the parent's: a task submitted here would wait for a thread the pool
+        # believes idle. The child makes a pool of its own on first use.
+        if self._workers is not None:
+            _fork.keep(self._workers)
+            self._workers = None
 
     # -- lazily built parts (loading a model or connecting must not slow down building a client) -----
 

@@ -7,12 +7,12 @@ the most similar candidate that does wins. Rejections are counted by reason, per
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cachekit import _fork
 from cachekit.errors import ConfigError
 from cachekit.semantic.base import Candidate, Embedder
 from cachekit.semantic.guards import ContentWordGuard, Guard, default_guards
@@ -103,7 +103,7 @@ class Matcher:
         if verifier is not None and self.words is None:
             self.words = ContentWordGuard(embedder)
         self._rejected: Counter[str] = Counter()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     def match(
         self, query: str, candidates: Sequence[Candidate], *, threshold: float | None = None

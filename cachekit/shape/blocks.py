@@ -25,7 +25,6 @@ Nothing here logs or keeps prompt text.
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from cachekit import _fork
 from cachekit._types import Dialect, Section
 
 __all__ = [
@@ -290,7 +290,7 @@ class BlockMemo:
         self._max_entries = max_entries
         self._max_bytes = max_bytes
         self._bytes = 0
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -649,7 +649,7 @@ class ChainMemo:
     def __init__(self, capacity: int = 64) -> None:
         self._chains: OrderedDict[tuple[bytes, bytes, bytes], _Chain] = OrderedDict()
         self._capacity = capacity
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     def __len__(self) -> int:
         return len(self._chains)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from cachekit import _fork
 from cachekit.errors import CachekitError, ConfigError
 from cachekit.shape.blocks import Block, content_digest, prompt_blocks
 from cachekit.shape.texts import TextMemo
@@ -685,7 +685,7 @@ class PrefixLinter:
         self._raise_on = raise_on
         self._capacity = capacity
         self._conversations: OrderedDict[bytes, _Conversation] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     def check(
         self,

@@ -43,7 +43,6 @@ import hashlib
 import itertools
 import logging
 import operator
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from typing import Any, Literal
 
 import orjson
 
+from cachekit import _fork
 from cachekit._types import Ttl
 from cachekit.gaps import Expect, GapMemory, WriteRates, choose_ttl, default_write_rates
 from cachekit.providers.breakpoints import (
@@ -604,7 +604,7 @@ class PlanMemory:
             raise ValueError(f"capacity must be >= 1, got {capacity!r}")
         self._capacity = capacity
         self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     def __len__(self) -> int:
         return len(self._entries)

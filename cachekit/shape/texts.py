@@ -16,9 +16,10 @@ so it is bounded by entries and by characters, oldest first, never written to di
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Sequence
 from typing import Generic, TypeVar
+
+from cachekit import _fork
 
 __all__ = ["TextMemo"]
 
@@ -36,7 +37,7 @@ class TextMemo(Generic[V]):
         self._max_entries = max_entries
         self._max_chars = max_chars
         self._chars = 0
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     def __len__(self) -> int:
         return len(self._values)

@@ -20,13 +20,13 @@ import logging
 import math
 import os
 import tempfile
-import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
+from cachekit import _fork
 from cachekit.errors import MissingExtraError
 from cachekit.shape.texts import TextMemo
 
@@ -175,7 +175,7 @@ class TokenEstimator:
         self._min_observed = min_observed
         self._texts: TextMemo[int] = TextMemo(max_entries=cache_size, max_chars=cache_chars)
         self._ratios: OrderedDict[str, tuple[float, int]] = OrderedDict()  # model -> (ratio, samples)
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
 
     @property
     def counter(self) -> TokenCounter:

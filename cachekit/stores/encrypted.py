@@ -59,6 +59,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol, cast, overload
 
+from cachekit import _fork
 from cachekit._closing import AsyncClosing, Closing
 from cachekit.errors import ConfigError, MissingExtraError
 from cachekit.stores.base import (
@@ -207,7 +208,16 @@ class EncryptedStore:
         TypeError: ``inner`` is not a store.
     """
 
-    __slots__ = ("_ciphers", "_counter_lock", "_current", "_inner", "_invalid_tag", "_rejected")
+    # __weakref__: the fork registry holds its counter's lock weakly (cachekit._fork).
+    __slots__ = (
+        "__weakref__",
+        "_ciphers",
+        "_counter_lock",
+        "_current",
+        "_inner",
+        "_invalid_tag",
+        "_rejected",
+    )
     _inner: Store | AsyncStore
     #: key id -> its AES-GCM cipher; the raw keys themselves are not kept.
     _ciphers: dict[str, AESGCM]
@@ -253,7 +263,7 @@ class EncryptedStore:
         self._ciphers = {kid: aesgcm(bytes(keys[kid])) for kid in key_ids}
         self._current = current
         self._invalid_tag = invalid_tag
-        self._counter_lock = threading.Lock()
+        self._counter_lock = _fork.lock(self)
         self._rejected = 0
         return self
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 import math
 import os
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 
+from cachekit import _fork
 from cachekit.errors import ConfigError, StoreError
 from cachekit.stores.base import EntryInfo
 
@@ -77,7 +77,7 @@ class MemoryStore:
         self._max_entries = max_entries
         self._clock = clock
         self._secret = os.urandom(32)
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         # key -> (value, expires_at or None); ordered oldest-used first.
         self._entries: OrderedDict[str, tuple[bytes, float | None]] = OrderedDict()
         self._bytes = 0

@@ -52,6 +52,12 @@ Sync and async. One :class:`RedisStore` is both a :class:`~cachekit.stores.base.
 connections belong to the event loop that made them, so there is one async client per running loop,
 made on first use in that loop and closed when the loop shuts down its async generators (as
 ``asyncio.run`` does on exit) or by :meth:`RedisStore.aclose`.
+
+Fork. A forked child (:mod:`cachekit._fork`) keeps the sync client of one server: redis-py's
+connection pool sees the new process id and opens connections of its own. A Cluster client is made
+anew (redis-py's cluster topology keeps locks it does not reset after a fork), and so is every async
+client: ``redis.asyncio`` pools do not check the process, so a child in the parent's event loop would
+otherwise talk on the parent's sockets.
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import unquote
 from weakref import WeakKeyDictionary
 
+from cachekit import _fork
 from cachekit._closing import AsyncClosing, Closing
 from cachekit.errors import ConfigError, MissingExtraError, StoreError, StoreUnavailableError
 from cachekit.stores._query import query_params
@@ -344,15 +351,27 @@ class RedisStore(Closing, AsyncClosing):
             OSError,
             asyncio.TimeoutError,
         )
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self._closed = False
         self._secret: bytes | None = None
         self._secret_checked = 0.0
-        self._secret_lock = threading.Lock()
+        self._secret_lock = _fork.lock(self)
         self._sync: SyncClient | None = None
         # One async client per event loop. An entry goes when its loop shuts down its async
         # generators (see _LoopClient), or once the loop is found closed; keyed weakly besides.
         self._async: WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = WeakKeyDictionary()
+        _fork.register(self)
+
+    def _after_fork_in_child(self) -> None:
+        # The async clients' connections are the parent's: kept (their finalizers would reach into the
+        # parent's event loop) and replaced on first use. A plain sync client stays: its pool resets
+        # itself in a new process. A cluster client does not reset its topology's locks: replaced.
+        for slot in list(self._async.values()):
+            _fork.keep(slot)
+        self._async = WeakKeyDictionary()
+        if self._sync is not None and self._target.cluster:
+            _fork.keep(self._sync)
+            self._sync = None
 
     # -- properties --------------------------------------------------------------------------------
 

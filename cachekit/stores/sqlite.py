@@ -16,7 +16,8 @@ threads, thousands of gets per second (lock vs per-thread): 200-byte values 80/4
 2 KB 64-79/46-55/45-51 vs 62-67/16-22/30-46; 20 KB 32/25/27 vs 30/29/30. The shared connection is as
 fast or faster except for large values under many threads (GIL-bound Python overhead dominates, and
 extra connections add WAL-index locking), and it makes :meth:`SQLiteStore.close` exact: no connections
-are stranded in threads that have finished.
+are stranded in threads that have finished. A forked child opens a connection of its own on first
+use: SQLite forbids using one across ``fork()`` (:mod:`cachekit._fork`).
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ import logging
 import math
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from weakref import WeakSet
 
+from cachekit import _fork
 from cachekit.errors import ConfigError, StoreError, StoreUnavailableError
 from cachekit.stores.base import EntryInfo
 from cachekit.stores.memory import _check_ttl
@@ -99,18 +99,17 @@ class SQLiteStore:
         self._path = Path(path)
         self._clock = clock
         self._timeout = float(timeout)
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self._closed = False
         self._sets = 0
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create the directory for the SQLite store {str(self._path)!r}") from exc
-        self._conn, self._secret = self._open()
-        self._pid = os.getpid()
-        # Inherited connections are kept referenced after a fork so they are never closed in the child.
-        self._abandoned: list[sqlite3.Connection] = []
-        _LIVE.add(self)
+        conn, self._secret = self._open()
+        #: None in a forked child until it opens its own (see _after_fork_in_child).
+        self._conn: sqlite3.Connection | None = conn
+        _fork.register(self)
 
     @property
     def path(self) -> Path:
@@ -233,13 +232,13 @@ class SQLiteStore:
             if self._closed:
                 return
             self._closed = True
-            if self._pid == os.getpid():
+            # None in a forked child that never opened its own: the inherited one is the parent's.
+            conn, self._conn = self._conn, None
+            if conn is not None:
                 try:
-                    self._conn.close()
+                    conn.close()
                 except sqlite3.Error as exc:
                     raise StoreError(f"closing the SQLite store {str(self._path)!r} failed") from exc
-            # else: the connection was inherited across fork() and never reopened here; it is the
-            # parent's to close (see _reopen_after_fork).
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -377,8 +376,9 @@ class SQLiteStore:
         """The connection to use now; the caller holds the lock."""
         if self._closed:
             raise StoreError(f"the SQLite store {str(self._path)!r} is closed")
-        if self._pid != os.getpid():
-            self._reopen_after_fork()
+        if self._conn is None:
+            _log.debug("opening a connection to %s in a forked child", self._path)
+            self._conn, _ = self._open()
         return self._conn
 
     def _execute(self, sql: str, params: tuple[object, ...]) -> int:
@@ -395,30 +395,14 @@ class SQLiteStore:
         # Locked past the busy timeout: the store did not answer in time (like a Redis timeout).
         return StoreUnavailableError(message) if _is_busy(exc) else StoreError(message)
 
-    def _reopen_after_fork(self) -> None:
+    def _after_fork_in_child(self) -> None:
         # SQLite forbids carrying a connection across fork(): the child's copy believes it holds the
-        # parent's file locks. It is abandoned, not closed, since even close() acts on that belief.
-        _log.debug("process forked; opening a new connection to %s", self._path)
-        self._abandoned.append(self._conn)
-        self._conn, _ = self._open()
-        self._pid = os.getpid()
+        # parent's file locks. It is abandoned, not closed, since even close() acts on that belief;
+        # the child opens its own on first use (_live).
+        if self._conn is not None:
+            _fork.keep(self._conn)
+            self._conn = None
         self._sets = 0
-
-
-#: Every open store, so a forked child can replace their locks (see _after_fork_in_child).
-_LIVE: WeakSet[SQLiteStore] = WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    # fork() copies a lock that another thread of the parent may hold at that instant; in the child
-    # that thread does not exist, so the copy would never be released. The child has one thread now,
-    # so swapping in fresh locks here is race-free.
-    for store in list(_LIVE):
-        store._lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX only
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _successor(prefix: str) -> str | None:

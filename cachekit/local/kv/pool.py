@@ -14,12 +14,12 @@ The payload is opaque here (the torch engine stores per-layer K/V tensors); the 
 from __future__ import annotations
 
 import logging
-import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from cachekit import _fork
 from cachekit.local.kv.hashing import BlockHash
 
 __all__ = ["Block", "BlockPool", "PoolStats", "Spill"]
@@ -96,7 +96,7 @@ class BlockPool(Generic[P]):
         self._budget = budget_bytes
         self._size_of = size_of
         self._spill = spill
-        self._lock = threading.Lock()
+        self._lock = _fork.lock(self)
         self._blocks: dict[BlockHash, Block[P]] = {}
         # Unreferenced blocks, least recently freed first: the eviction order. An OrderedDict gives O(1)
         # append, removal from the middle (a re-matched block) and pop from the front.
