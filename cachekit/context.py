@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import cast
 
-from cachekit.config import MODES, Mode
+from cachekit.config import MODES, Mode, check_ttl
 from cachekit.errors import ConfigError
 
 __all__ = ["CallPolicy", "current_policy", "policy"]
@@ -79,8 +79,8 @@ def make_policy(
     chosen = "bypass" if bypass else mode
     if chosen is not None and chosen not in MODES:
         raise ConfigError(f"mode must be one of {sorted(MODES)}, not {chosen!r}")
-    if not isinstance(ttl, _Unset) and ttl is not None and not ttl > 0:
-        raise ConfigError(f"ttl must be a positive number of seconds or None, not {ttl!r}")
+    if not isinstance(ttl, _Unset):
+        check_ttl(ttl)
     checked = cast("Mode | None", chosen)  # validated against MODES above
     if semantic is not None and not isinstance(semantic, bool):
         raise ConfigError(f"semantic must be True, False or None, not {semantic!r}")

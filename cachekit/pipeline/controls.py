@@ -13,8 +13,9 @@ from typing import Any
 
 from cachekit._http import Request
 from cachekit._types import Dialect
-from cachekit.config import MODES, CacheConfig, Mode
+from cachekit.config import MAX_TTL, MODES, CacheConfig, Mode, check_ttl
 from cachekit.context import UNSET, CallPolicy
+from cachekit.errors import ConfigError
 from cachekit.gaps import Expect, breakpoints_setting
 from cachekit.pipeline.view import Seen
 from cachekit.providers import server_state
@@ -90,11 +91,17 @@ def read_control(headers: dict[str, str], config: CacheConfig, context: CallPoli
     ttl = config.ttl if context.ttl is UNSET else context.ttl
     if (raw_ttl := headers.get(CONTROL_PREFIX + "-ttl")) is not None:
         try:
-            ttl = float(raw_ttl)
+            seconds = float(raw_ttl)
         except ValueError:
-            ttl = -1.0
-        if not ttl > 0:
-            raise BadControl(f"x-cachekit-ttl must be a positive number of seconds, not {raw_ttl!r}")
+            seconds = math.nan  # refused below, with the range
+        try:
+            ttl = check_ttl(seconds, "x-cachekit-ttl", allow_none=False)
+        except ConfigError:
+            # Refused, not clamped: a TTL past the bound is a caller's mistake the 400 points out.
+            raise BadControl(
+                f"x-cachekit-ttl must be a positive number of seconds, at most {MAX_TTL:.0f} (ten "
+                f"years), not {raw_ttl!r}"
+            ) from None
     request_tenant = headers.get(CONTROL_PREFIX + "-tenant") or context.tenant or None
     namespace = headers.get(CONTROL_PREFIX + "-namespace") or context.namespace or config.namespace
     semantic, threshold = context.semantic, None
