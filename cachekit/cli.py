@@ -103,11 +103,16 @@ def _stats(args: argparse.Namespace, out: TextIO) -> int:
     from cachekit.ops import store_stats
 
     try:
-        store = _open_store(args.store)
+        index = _open_semantic_index(args, _semantic_index_url(args.semantic_index, args.store))
         try:
-            held = store_stats(store, namespace=args.namespace)
+            store = _open_store(args.store)
+            try:
+                held = store_stats(store, namespace=args.namespace, index=index)
+            finally:
+                store.close()
         finally:
-            store.close()
+            if index is not None:
+                index.close()
         layers = _layer_rates(args.ledger, args.since)
     except (CachekitError, ValueError) as exc:
         out.write(f"cachekit stats: {exc}\n")
@@ -116,10 +121,16 @@ def _stats(args: argparse.Namespace, out: TextIO) -> int:
         out.write(json.dumps({"store": held.to_dict(), "ledger": layers}, indent=2) + "\n")
         return 0
     out.write(f"store: {held.entries} entries, {held.bytes:,} bytes")
-    out.write(f" ({held.foreign} keys not written by this cachekit)\n" if held.foreign else "\n")
+    if index is not None:
+        out.write(f"; semantic index: {held.semantic} entries")
+    others = [f"{held.probes} operator probes"] if held.probes else []
+    others += [f"{held.foreign} keys not written by this cachekit"] if held.foreign else []
+    out.write(f" ({', '.join(others)})\n" if others else "\n")
     for name, ns in sorted(held.namespaces.items()):
         parts = ", ".join(
-            f"{layer} {ns.entries[layer]} entries / {ns.bytes[layer]:,} bytes" for layer in sorted(ns.entries)
+            f"{layer} {ns.entries[layer]} entries"
+            + (f" / {ns.bytes[layer]:,} bytes" if layer in ns.bytes else "")
+            for layer in sorted(ns.entries)
         )
         out.write(f"  namespace {name!r}: {parts}\n")
     out.write(f"ledger: {layers['calls']} calls\n")
@@ -586,6 +597,11 @@ def _add_stats(commands: Any) -> None:
     )
     stats.add_argument("--since", help=f"hit rates of calls {_SINCE_HELP}")
     stats.add_argument("--json", action="store_true", help="print JSON")
+    stats.add_argument(
+        "--semantic-index",
+        metavar="URL",
+        help="the Redis 8 semantic index to count too (default: the store's, when the store is Redis)",
+    )
     stats.set_defaults(run=_stats)
 
 

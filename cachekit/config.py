@@ -6,6 +6,7 @@ drop-in clients call it only to fill what the caller did not say.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -23,7 +24,17 @@ if TYPE_CHECKING:
     from cachekit.semantic.layer import SemanticConfig
     from cachekit.shape.lint import Finding
 
-__all__ = ["DEFAULT_TTL", "Breakpoints", "CacheConfig", "LintMode", "Mode", "OnCacheError", "cachekit_home"]
+__all__ = [
+    "DEFAULT_TTL",
+    "MAX_TTL",
+    "Breakpoints",
+    "CacheConfig",
+    "LintMode",
+    "Mode",
+    "OnCacheError",
+    "cachekit_home",
+    "check_ttl",
+]
 
 #: How one request uses the response cache (the ``x-cachekit`` header's values, plus ``default``).
 #: ``bypass``: no lookup, no store. ``refresh``: no lookup, store the fresh answer.
@@ -48,6 +59,29 @@ MODES: frozenset[str] = frozenset({"default", "bypass", "refresh", "only-if-cach
 #: Entries live a week unless told otherwise: long enough for repeated agent runs and test suites,
 #: short enough that a changed model behind an unchanged name is picked up.
 DEFAULT_TTL = 7 * 24 * 3600.0
+
+#: The longest TTL cachekit accepts: ten years (315,360,000 seconds). A longer one is a mistake (a
+#: week in milliseconds, given as seconds, is 19 years) or means "never expire", which is ``None``;
+#: and every store keeps ten years exactly (Redis ``PEXPIRE`` milliseconds, the SQLite and memory
+#: stores' float epoch seconds), where a number such as 1e308 overflowed the Redis store's
+#: millisecond conversion and failed every write.
+MAX_TTL = 10 * 365 * 24 * 3600.0
+
+
+def check_ttl(value: object, name: str = "ttl", *, allow_none: bool = True) -> float | None:
+    """``value`` as a TTL in seconds: a number in (0, :data:`MAX_TTL`], or ``None`` (never expires)
+    where ``allow_none``. Raises :class:`ConfigError` naming ``name`` and the range otherwise (NaN,
+    infinity, zero, negative, beyond ten years, a bool, anything that is not a number)."""
+    if value is None and allow_none:
+        return None
+    # bool is an int subclass; True seconds is certainly a mistake. NaN fails the comparison.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_TTL:
+        never = ", or None for no expiry" if allow_none else ""
+        raise ConfigError(
+            f"{name} must be a positive number of seconds, at most {MAX_TTL:.0f} (ten years){never}; "
+            f"got {value!r}"
+        )
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +196,7 @@ class CacheConfig:
     stable_first: bool = False
 
     def __post_init__(self) -> None:
-        if self.ttl is not None and not self.ttl > 0:
-            raise ConfigError(f"ttl must be a positive number of seconds or None, not {self.ttl!r}")
+        check_ttl(self.ttl)
         if self.tool_order not in ("keep", "sort"):
             raise ConfigError(f"tool_order must be 'keep' or 'sort', not {self.tool_order!r}")
         if not self.coalesce_timeout > 0:
@@ -220,9 +253,10 @@ class CacheConfig:
             config = replace(config, enabled=enabled.strip().lower() not in ("0", "false", "no", "off"))
         if ttl := env.get("CACHEKIT_TTL"):
             try:
-                config = replace(config, ttl=float(ttl))
+                seconds = float(ttl)
             except ValueError:
-                raise ConfigError(f"CACHEKIT_TTL must be a number of seconds, not {ttl!r}") from None
+                seconds = math.nan  # refused below, with the range
+            config = replace(config, ttl=check_ttl(seconds, "CACHEKIT_TTL", allow_none=False))
         if namespace := env.get("CACHEKIT_NAMESPACE"):
             config = replace(config, namespace=namespace)
         if on_error := env.get("CACHEKIT_ON_CACHE_ERROR"):

@@ -7,14 +7,13 @@ the context, which wins over the client's :class:`~cachekit.config.CacheConfig`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import cast
 
-from cachekit.config import MODES, Mode
+from cachekit.config import MODES, Mode, check_ttl
 from cachekit.errors import ConfigError
 
 __all__ = ["CallPolicy", "current_policy", "policy"]
@@ -85,15 +84,13 @@ def make_policy(
     chosen = "bypass" if bypass else mode
     if chosen is not None and chosen not in MODES:
         raise ConfigError(f"mode must be one of {sorted(MODES)}, not {chosen!r}")
-    if not isinstance(ttl, _Unset) and ttl is not None and not ttl > 0:
-        raise ConfigError(f"ttl must be a positive number of seconds or None, not {ttl!r}")
+    if not isinstance(ttl, _Unset):
+        check_ttl(ttl)
     checked = cast("Mode | None", chosen)  # validated against MODES above
     if semantic is not None and not isinstance(semantic, bool):
         raise ConfigError(f"semantic must be True, False or None, not {semantic!r}")
-    if url_ttl is not None and (
-        isinstance(url_ttl, bool) or not isinstance(url_ttl, (int, float)) or not 0 < url_ttl < math.inf
-    ):
-        raise ConfigError(f"url_ttl must be a positive, finite number of seconds or None, not {url_ttl!r}")
+    if url_ttl is not None:
+        url_ttl = check_ttl(url_ttl, "url_ttl")
     return CallPolicy(
         tenant=tenant,
         namespace=namespace,
@@ -101,7 +98,7 @@ def make_policy(
         mode=checked,
         site=site,
         semantic=semantic,
-        url_ttl=None if url_ttl is None else float(url_ttl),
+        url_ttl=url_ttl,
     )
 
 

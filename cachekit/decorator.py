@@ -3,7 +3,7 @@
 The policy (tenant, namespace, ttl, bypass) travels in a context variable
 (:mod:`cachekit.context`), so it reaches every cachekit transport the function's calls pass through,
 in threads' and tasks' call stacks alike. With ``memoize=True`` the function's own JSON result is
-cached, keyed by its canonical JSON arguments.
+cached, keyed by its arguments, which must be JSON values (see :func:`_argument_bytes`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
+import struct
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar, cast, overload
@@ -30,7 +32,90 @@ logger = logging.getLogger("cachekit.decorator")
 F = TypeVar("F", bound=Callable[..., Any])
 
 _MEMO_MAGIC = b"CKM1"
-_MEMO_DOMAIN = b"cachekit/memo/v2"
+# v3: arguments are encoded with their JSON type (v2 dumped them with orjson, which wrote a
+# dataclass, an enum or a date as the plain value it holds, and NaN as null).
+_MEMO_DOMAIN = b"cachekit/memo/v3"
+
+
+class _NotJSON(Exception):
+    """A value that is not a JSON argument; ``path`` is where it sits, built while unwinding."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+        self.path: list[str] = []
+
+
+def _encode(value: Any, out: bytearray) -> None:
+    """Append ``value``'s typed, self-delimiting encoding to ``out`` (see :func:`_argument_bytes`)."""
+    kind = type(value)
+    if value is None:
+        out += b"n"
+    elif kind is bool:
+        out += b"t" if value else b"f"
+    elif kind is int:
+        out += b"i%x;" % value  # hex: any size, and no int-to-decimal digit limit
+    elif kind is float:
+        if not math.isfinite(value):
+            raise _NotJSON(f"{value!r} (JSON has no NaN or infinity)")
+        out += b"d" + struct.pack(">d", value)  # the exact bits: 0.0 and -0.0 stay apart
+    elif kind is str:
+        data = value.encode("utf-8", "surrogatepass")
+        out += b"s%d:" % len(data) + data
+    elif kind is list or kind is tuple:
+        out += b"l%d:" % len(value) if kind is list else b"u%d:" % len(value)
+        for index, item in enumerate(value):
+            try:
+                _encode(item, out)
+            except _NotJSON as exc:
+                exc.path.append(f"[{index}]")
+                raise
+    elif kind is dict:
+        for name in value:
+            if type(name) is not str:
+                raise _NotJSON(f"a dict with a key of type {_type_name(name)} (JSON keys are strings)")
+        out += b"m%d:" % len(value)
+        for name in sorted(value):  # key order means nothing in JSON
+            _encode(name, out)
+            try:
+                _encode(value[name], out)
+            except _NotJSON as exc:
+                exc.path.append(f"[{name!r}]")
+                raise
+    else:
+        raise _NotJSON(f"a {_type_name(value)}")
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _argument_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """The memo key's bytes for a call: every argument with its JSON type, or :class:`_NotJSON`.
+
+    A JSON argument is ``None``, a ``bool``, an ``int``, a finite ``float``, a ``str``, or a
+    ``list``, ``tuple`` or ``dict`` with ``str`` keys of such values, of exactly these types (an
+    ``IntEnum`` or a ``str`` subclass is not a plain value: the function may tell it apart). Each
+    value is written with its type, so values that JSON would write alike stay apart: ``True``,
+    ``1`` and ``1.0``; a tuple and a list; ``0.0`` and ``-0.0``. The encoding is self-delimiting
+    (a type tag, then a length or a fixed width), so two different calls never give the same bytes.
+    Keyword and dict key order are ignored.
+    """
+    # Positional and keyword arguments are counted apart: f(1) and f(x=1) are different calls.
+    out = bytearray(b"%d:%d:" % (len(args), len(kwargs)))
+    named: list[tuple[str, str | None, Any]] = [(f"argument {i}", None, v) for i, v in enumerate(args)]
+    named += [(f"argument {name!r}", name, kwargs[name]) for name in sorted(kwargs)]
+    for label, name, value in named:
+        if name is not None:
+            _encode(name, out)
+        try:
+            _encode(value, out)
+        except _NotJSON as exc:
+            raise _NotJSON(f"{label}{''.join(reversed(exc.path))} is {exc.what}") from None
+        except RecursionError:
+            raise _NotJSON(f"{label} is nested too deeply (or contains itself)") from None
+    return bytes(out)
 
 
 class _Memo:
@@ -59,10 +144,9 @@ class _Memo:
 
     def key(self, policy: CallPolicy, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         try:
-            # No OPT_NON_STR_KEYS: {1: x} and {"1": x} would dump alike and share an entry.
-            arguments = orjson.dumps([args, kwargs], option=orjson.OPT_SORT_KEYS)
-        except TypeError as exc:
-            raise MemoizeError(f"cannot memoize {self._name}: its arguments are not JSON ({exc})") from exc
+            arguments = _argument_bytes(args, kwargs)
+        except _NotJSON as exc:
+            raise MemoizeError(f"cannot memoize {self._name}: its arguments are not JSON ({exc})") from None
         cache = self.cache()
         namespace = policy.namespace or cache.config.namespace
         tenant = policy.tenant or cache.config.tenant
@@ -215,8 +299,11 @@ def cached(
         ttl: seconds entries written by these calls live (``None``: until evicted).
         bypass: neither read nor write the response cache (``mode="bypass"``).
         mode: ``bypass``, ``refresh`` or ``only-if-cached`` for every call inside.
-        memoize: also cache the function's own result, keyed by its arguments. Arguments and result
-            must be JSON (string keys only); a hit returns the JSON form (a tuple comes back as a list).
+        memoize: also cache the function's own result, keyed by its arguments. Arguments must be
+            JSON values of exact types (``None``, ``bool``, ``int``, finite ``float``, ``str``, and
+            ``list``/``tuple``/``dict`` with ``str`` keys of them), each keyed with its type; anything
+            else raises :class:`~cachekit.errors.MemoizeError` before the function runs. The result
+            must be JSON; a hit returns the JSON form (a tuple comes back as a list).
             A result that cannot be memoized is still returned: a non-JSON one with a
             :class:`~cachekit.errors.MemoizeWarning`, a store failure with a logged warning.
         cache: where memoized results go (same forms as the clients' ``cache=``).

@@ -40,6 +40,7 @@ import orjson
 
 from cachekit import _fork
 from cachekit._types import Ttl
+from cachekit.exact.keys import GAP_KIND  # the schema of every key cachekit writes
 
 if TYPE_CHECKING:
     from cachekit.cost.prices import PriceTable
@@ -58,8 +59,6 @@ __all__ = [
 
 logger = logging.getLogger("cachekit.gaps")
 
-#: The first field of a gap-statistics store key (see :func:`cachekit.keys.store_key`).
-GAP_KIND = "ckg1"
 _SHORT: Ttl = "5m"
 _LONG: Ttl = "1h"
 _FIVE_MINUTES = 300.0

@@ -5,9 +5,13 @@ your own service), never on a request's path: listing a Redis store is a ``SCAN`
 They read only the clear parts of store keys (kind, namespace, partition; see
 :func:`cachekit.exact.keys.store_key`), so they work on encrypted stores too and never see a prompt.
 
-The semantic index is purged by the same rule (:func:`purge_semantic`): its partitions are opaque
-digests, but every indexed question names the store key of the answer it points at, and that key's
-namespace and partition select it.
+The semantic index is counted and purged by the same rule (:func:`store_stats` with ``index=``,
+:func:`purge_semantic`): its partitions are opaque digests, but every indexed question names the store
+key of the answer it points at, and that key's namespace and partition select it.
+
+Every kind of key cachekit writes is in one table (:data:`cachekit.exact.keys.LAYERS`): exact
+responses, memoized results, the planner's timing statistics, the operator tools' probes. Statistics
+count each under its layer, and a purge by tenant, namespace or age removes each kind that has them.
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachekit.errors import ConfigError, StoreError
-from cachekit.exact.keys import EXACT_KIND, MEMO_KIND, KeyParts, key_prefix, parse_key, partition_names_tenant
+from cachekit.exact.keys import (
+    LAYERS,
+    PROBE_KIND,
+    KeyParts,
+    key_prefix,
+    parse_key,
+    partition_names_tenant,
+    probe_key,
+)
 from cachekit.semantic.base import PurgeableIndex
 from cachekit.stores.base import EntryInfo, Inspectable, Store, is_inspectable
 
@@ -39,12 +51,14 @@ __all__ = [
 
 logger = logging.getLogger("cachekit.ops")
 
-_LAYERS = {EXACT_KIND: "exact", MEMO_KIND: "memo"}
+#: The kinds that live in a namespace (and a partition): what a purge by namespace lists.
+_SCOPED = tuple(kind for kind in LAYERS if kind != PROBE_KIND)
 
 
 @dataclass(slots=True)
 class NamespaceStats:
-    """Entries and stored bytes of one namespace, per layer (``exact``, ``memo``)."""
+    """Entries and stored bytes of one namespace, per layer (``exact``, ``memo``, ``gaps``; with an
+    index, ``semantic`` entries, whose bytes are not counted)."""
 
     entries: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
@@ -56,13 +70,20 @@ class NamespaceStats:
 
 @dataclass(slots=True)
 class StoreStats:
-    """What a store holds, by namespace; ``foreign`` counts keys cachekit did not write (or an older
-    key schema wrote)."""
+    """What a store (and its semantic index) holds, by namespace.
+
+    ``entries`` and ``bytes`` count the store's namespaced entries; ``probes`` the operator tools'
+    short-lived probes (store entries and index entries); ``semantic`` the index's entries;
+    ``foreign`` the keys (store keys, index entries' keys) that cachekit did not write, or an older
+    key schema wrote.
+    """
 
     namespaces: dict[str, NamespaceStats] = field(default_factory=dict)
     entries: int = 0
     bytes: int = 0
     foreign: int = 0
+    probes: int = 0
+    semantic: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -70,6 +91,8 @@ class StoreStats:
             "entries": self.entries,
             "bytes": self.bytes,
             "foreign": self.foreign,
+            "probes": self.probes,
+            "semantic": self.semantic,
             "namespaces": {name: ns.to_dict() for name, ns in sorted(self.namespaces.items())},
         }
 
@@ -97,26 +120,52 @@ def _selects(parts: KeyParts | None, tenant: str | None, namespace: str | None) 
 
 
 def _entries(store: Inspectable, namespace: str | None) -> Iterator[tuple[EntryInfo, KeyParts | None]]:
-    prefixes = [key_prefix(kind, namespace) for kind in _LAYERS] if namespace is not None else [""]
+    prefixes = [key_prefix(kind, namespace) for kind in _SCOPED] if namespace is not None else [""]
     for prefix in prefixes:
         for info in store.entries(prefix):
             yield info, parse_key(info.key)
 
 
-def store_stats(store: object, *, namespace: str | None = None) -> StoreStats:
-    """Count entries and bytes per namespace and layer (one namespace, or all of them)."""
+def store_stats(store: object, *, namespace: str | None = None, index: object = None) -> StoreStats:
+    """Count entries and bytes per namespace and layer (one namespace, or all of them).
+
+    With ``index`` (a :class:`~cachekit.semantic.base.PurgeableIndex`: the Redis 8 index, or a
+    process's memory index), its entries are counted too, as the ``semantic`` layer of the namespace
+    of the store key each answers with (entries past their TTL that the index has not dropped yet
+    included: they hold memory until it does).
+    """
     stats = StoreStats()
     for info, parts in _entries(_inspectable(store), namespace):
-        if parts is None:
-            stats.foreign += 1
-            continue
-        layer = _LAYERS[parts.kind]
-        ns = stats.namespaces.setdefault(parts.namespace, NamespaceStats())
-        ns.entries[layer] = ns.entries.get(layer, 0) + 1
-        ns.bytes[layer] = ns.bytes.get(layer, 0) + info.size
-        stats.entries += 1
-        stats.bytes += info.size
+        _tally(stats, parts, LAYERS[parts.kind] if parts is not None else "", info.size)
+    if index is not None:
+
+        def visit(entry_key: str) -> bool:
+            # Called once per entry, and matching none: a visitor, so nothing can be removed.
+            parts = parse_key(entry_key)
+            if namespace is None or (parts is not None and parts.namespace == namespace):
+                _tally(stats, parts, "semantic", 0)
+            return False
+
+        _purgeable(index).remove_where(visit, dry_run=True)
     return stats
+
+
+def _tally(stats: StoreStats, parts: KeyParts | None, layer: str, size: int) -> None:
+    """Count one key: under its namespace and layer, as a probe, or as foreign."""
+    if parts is None:
+        stats.foreign += 1
+        return
+    if parts.kind == PROBE_KIND:
+        stats.probes += 1
+        return
+    ns = stats.namespaces.setdefault(parts.namespace, NamespaceStats())
+    ns.entries[layer] = ns.entries.get(layer, 0) + 1
+    if layer == "semantic":  # an index entry: a vector and a question, not a stored value
+        stats.semantic += 1
+        return
+    ns.bytes[layer] = ns.bytes.get(layer, 0) + size
+    stats.entries += 1
+    stats.bytes += size
 
 
 def purge(
@@ -269,7 +318,7 @@ def health(
     than ``budget_ms``. Suitable for a readiness probe: it never raises for a store failure.
     ``clock`` (seconds, monotonic) times the round trip; tests pass a fake one.
     """
-    key = f"ckhealth:{os.getpid()}:{time.monotonic_ns()}"
+    key = probe_key(f"health.{os.getpid()}.{time.monotonic_ns()}")
     value = os.urandom(16)
     start = clock()
     try:

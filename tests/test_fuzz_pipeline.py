@@ -307,7 +307,9 @@ _random_controls = st.fixed_dictionaries(
             st.sampled_from([*MODES, "BYPASS", "Refresh", "sometimes", "", " bypass"]), _printable
         ),
         "x-cachekit-ttl": st.one_of(
-            st.sampled_from(["60", "3600", "inf", "1e9", "1_000", "0", "-5", "nan", "soon", "", "1e-320"]),
+            st.sampled_from(
+                ["60", "3600", "inf", "1e9", "1e308", "1_000", "0", "-5", "nan", "soon", "", "1e-320"]
+            ),
             _printable,
         ),
         "x-cachekit-tenant": _printable,
@@ -319,7 +321,7 @@ _valid_controls = st.fixed_dictionaries(
     {},
     optional={
         "x-cachekit": st.sampled_from(["", *MODES]),
-        "x-cachekit-ttl": st.sampled_from(["60", "3600", " 86400 ", "inf", "1e9", "1_000", "0.5"]),
+        "x-cachekit-ttl": st.sampled_from(["60", "3600", " 86400 ", "315360000", "1e8", "1_000", "0.5"]),
         "x-cachekit-tenant": _printable,
         "x-cachekit-namespace": _printable,
     },
@@ -430,7 +432,8 @@ def without_usage(stream: bytes) -> bytes:
 
 def control_problem(headers: httpx2.Headers) -> str | None:
     """What cachekit's pipeline rejects (``_read_control``): a mode outside MODES (an empty header means
-    the default), or a ttl header that is not a positive number as Python's ``float`` reads it."""
+    the default), or a ttl header that is not a positive number of seconds up to ten years as Python's
+    ``float`` reads it."""
     mode = headers.get("x-cachekit") or "default"
     if mode not in MODES:
         return "x-cachekit must be one of"
@@ -440,7 +443,7 @@ def control_problem(headers: httpx2.Headers) -> str | None:
             ttl = float(raw)
         except ValueError:
             return "x-cachekit-ttl must be a positive number"
-        if not ttl > 0:
+        if not 0 < ttl <= 315_360_000:  # at most ten years (docs/exact.md)
             return "x-cachekit-ttl must be a positive number"
     return None
 

@@ -277,6 +277,25 @@ def test_non_positive_ttl_stores_nothing_and_drops_an_earlier_entry(backend: Bac
     assert keys_of(index.search("p", row, k=5, min_similarity=-1.0)) == ["inf"]
 
 
+def test_fractional_huge_and_negative_infinite_ttls(backend: Backend) -> None:
+    index = backend.make()
+    rows = unit_rows(3, seed=17)
+    index.add("p", "half", rows[0], "t", ttl=10.5)
+    index.add("p", "huge", rows[1], "t", ttl=1e308)
+    index.add("p", "gone", rows[2], "t", ttl=60)
+    index.add("p", "gone", rows[2], "t", ttl=-float("inf"))  # drops the earlier entry, stores nothing
+
+    def present() -> list[str]:
+        return sorted(keys_of(index.search("p", rows[0], k=10, min_similarity=-1.0)))
+
+    backend.clock.now = T0 + 10.49
+    assert present() == ["half", "huge"]
+    backend.clock.now = T0 + 10.5
+    assert present() == ["huge"]
+    backend.clock.now = T0 + 100 * 365 * 86400.0
+    assert present() == ["huge"]
+
+
 def test_size_cap_evicts_the_oldest_added(backend: Backend) -> None:
     index = backend.make(max_entries_per_partition=3)
     rows = unit_rows(7, seed=8)

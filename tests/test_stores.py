@@ -7,7 +7,9 @@ its own and deletes it afterwards). Redis-only behaviour is in ``test_stores_red
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import multiprocessing
 import os
 import sqlite3
@@ -25,6 +27,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cachekit.config import MAX_TTL
 from cachekit.errors import ConfigError, StoreError
 from cachekit.stores import (
     AsyncStore,
@@ -242,11 +245,47 @@ def test_overwrite_replaces_the_ttl_too(make_store: MakeStore, timeline: Timelin
     assert store.get("short") is None
 
 
-@pytest.mark.parametrize("ttl", [0, -1, -0.5])
+@pytest.mark.parametrize("ttl", [0, -1, -0.5, -math.inf])
 def test_non_positive_ttl_is_already_expired(make_store: MakeStore, clock: FakeClock, ttl: float) -> None:
     store = make_store(clock)
     store.set("k", b"earlier")
     store.set("k", b"v", ttl=ttl)
+    assert store.get("k") is None
+    assert list(store.entries()) == []  # nothing written, and the earlier value gone
+
+
+def test_a_fractional_ttl_is_kept_to_the_fraction(make_store: MakeStore, timeline: Timeline) -> None:
+    store = make_store(timeline.clock)
+    store.set("k", b"v", ttl=10.5)
+    timeline.advance(10.5 - timeline.slack)
+    assert store.get("k") == b"v"
+    timeline.advance(timeline.slack)
+    assert store.get("k") is None
+
+
+@pytest.mark.parametrize("ttl", [math.inf, 1e308, 1e20, float(2**63)])
+def test_an_infinite_or_huge_ttl_is_kept_not_refused(
+    make_store: MakeStore, timeline: Timeline, ttl: float
+) -> None:
+    """Past any clock (1e308 seconds overflowed Redis's milliseconds and failed every write): the
+    entry is written, sync and async, and outlives a century."""
+    store = make_store(timeline.clock)
+    store.set("k", b"v", ttl=ttl)
+    if isinstance(store, AsyncStore):
+        asyncio.run(store.aset("async", b"a", ttl=ttl))
+        assert store.get("async") == b"a"
+    timeline.advance_far()
+    assert store.get("k") == b"v"
+
+
+def test_ten_years_the_longest_ttl_cachekit_sends_is_kept_exactly(
+    make_store: MakeStore, timeline: Timeline
+) -> None:
+    store = make_store(timeline.clock)
+    store.set("k", b"v", ttl=MAX_TTL)
+    timeline.advance(MAX_TTL - timeline.slack)
+    assert store.get("k") == b"v"
+    timeline.advance(timeline.slack)
     assert store.get("k") is None
 
 
@@ -735,6 +774,27 @@ def test_sqlite_rows_record_times(tmp_path: Path, clock: FakeClock) -> None:
     finally:
         conn.close()
     assert rows == {"forever": (T0, None), "short": (T0, T0 + 30)}
+
+
+def test_sqlite_rows_for_unusual_ttls(tmp_path: Path, clock: FakeClock) -> None:
+    """No expired row is written (a non-positive TTL deletes, as in every store), and infinity is
+    stored as no expiry, not as an infinite float."""
+    path = tmp_path / "c.db"
+    with SQLiteStore(path, clock=clock) as store:
+        for key in ("zero", "negative", "minus-inf"):
+            store.set(key, b"earlier")
+        store.set("zero", b"1", ttl=0)
+        store.set("negative", b"1", ttl=-1)
+        store.set("minus-inf", b"1", ttl=-math.inf)
+        store.set("inf", b"1", ttl=math.inf)
+        store.set("half", b"1", ttl=0.5)
+        store.set("huge", b"1", ttl=1e308)
+    conn = _raw(path)
+    try:
+        rows = dict(conn.execute("SELECT key, expires_at FROM entries"))
+    finally:
+        conn.close()
+    assert rows == {"inf": None, "half": T0 + 0.5, "huge": 1e308}
 
 
 def test_sqlite_purges_expired_rows_while_writing(tmp_path: Path, clock: FakeClock) -> None:

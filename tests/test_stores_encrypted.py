@@ -6,8 +6,10 @@ import asyncio
 import base64
 import importlib
 import logging
+import math
 import sys
 import threading
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,12 +33,16 @@ from cachekit.stores.encrypted import (
 )
 from cachekit.stores.memory import MemoryStore
 from cachekit.stores.record import CachedResponse, encode
+from cachekit.stores.redis import RedisStore
 from cachekit.stores.sqlite import SQLiteStore
+from tests.redis_servers import redis7_server
 
 K1 = bytes(range(32))
 K2 = bytes(range(100, 132))
 K3 = bytes(range(200, 232))
 PLAINTEXT = b'{"content":"the secret answer is forty-two","model":"claude"}'
+#: The session's Redis 7, imported as a fixture (named here so linters see it used).
+SERVER_FIXTURES = (redis7_server,)
 KEY_A = "ck:v1:" + "a" * 64
 KEY_B = "ck:v1:" + "b" * 64
 
@@ -268,6 +274,40 @@ def test_ttl_delete_clear_close_and_secret_pass_through() -> None:
     with pytest.raises(StoreError):
         inner.get(KEY_A)
     assert enc.rejected == 0  # expiry and absence are plain misses, not rejections
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "redis7"])
+def test_ttls_at_the_edges_mean_what_they_mean_to_the_inner_store(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """0, negative, fractional, NaN, infinite and huge TTLs through encryption, on each kind of store."""
+    now = [1000.0]
+    inner: MemoryStore | SQLiteStore | RedisStore
+    if kind == "memory":
+        inner = MemoryStore(clock=lambda: now[0])
+    elif kind == "sqlite":
+        inner = SQLiteStore(tmp_path / "c.db", clock=lambda: now[0])
+    else:
+        server = request.getfixturevalue("redis7_server")
+        inner = RedisStore(server.url, prefix=f"enc-{uuid.uuid4().hex}:", clock=lambda: now[0], timeout=5.0)
+    with EncryptedStore(inner, {"k1": K1}) as enc:
+        for ttl in (0, -1, -math.inf):
+            enc.set(KEY_A, PLAINTEXT)
+            enc.set(KEY_A, PLAINTEXT, ttl=ttl)
+            assert enc.get(KEY_A) is None  # nothing stored, the earlier value gone
+        enc.set(KEY_A, PLAINTEXT)
+        with pytest.raises(ValueError, match="NaN"):
+            enc.set(KEY_A, b"other", ttl=math.nan)
+        assert enc.get(KEY_A) == PLAINTEXT
+        for ttl in (math.inf, 1e308):
+            enc.set(KEY_B, PLAINTEXT, ttl=ttl)
+            assert enc.get(KEY_B) == PLAINTEXT
+            (entry,) = [e for e in inner.entries() if e.key == KEY_B]
+            assert entry.expires_at is None if ttl == math.inf else entry.expires_at > now[0] + 1e11
+        enc.set(KEY_B, PLAINTEXT, ttl=0.5)
+        (entry,) = [e for e in inner.entries() if e.key == KEY_B]
+        assert entry.expires_at is not None
+        assert now[0] < entry.expires_at <= now[0] + 0.5
 
 
 def test_inner_store_errors_propagate() -> None:

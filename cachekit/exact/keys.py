@@ -13,14 +13,18 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from urllib.parse import quote, unquote
 
 from cachekit._types import PartitionId
 
 __all__ = [
     "EXACT_KIND",
+    "GAP_KIND",
     "KEY_SCHEMA",
+    "LAYERS",
     "MEMO_KIND",
+    "PROBE_KIND",
     "KeyParts",
     "digest_fields",
     "exact_key",
@@ -29,6 +33,7 @@ __all__ = [
     "parse_key",
     "partition_for",
     "partition_names_tenant",
+    "probe_key",
     "store_key",
     "tenant_partition",
 ]
@@ -39,9 +44,24 @@ KEY_SCHEMA = 3
 _EXACT_DOMAIN = b"cachekit/exact/v%d" % KEY_SCHEMA
 
 #: The first field of a store key: which layer wrote it (and that layer's key schema).
+#: Exact responses (the transport).
 EXACT_KIND = f"ck{KEY_SCHEMA}"
+#: Memoized function results (``@cachekit.cached(memoize=True)``).
 MEMO_KIND = "ckm2"
-_KINDS = frozenset({EXACT_KIND, MEMO_KIND})
+#: The breakpoint planner's timing statistics per partition and model (:mod:`cachekit.gaps`).
+GAP_KIND = "ckg1"
+#: The operator tools' short-lived probes, in no namespace or partition: ``cachekit health``'s entry
+#: (a 30-second TTL) and ``cachekit semantic-eval``'s index entries (10 minutes), each deleted by
+#: the tool that wrote it as soon as it is done (:func:`probe_key`).
+PROBE_KIND = "ckp1"
+
+#: Every kind of key cachekit writes (in a store, and as a semantic index entry's key), and the layer
+#: it is counted under. ``cachekit stats`` counts each, ``cachekit purge`` removes each (by tenant and
+#: namespace: the kinds that have them); a key whose kind is not here was not written by this
+#: cachekit (or by an older key schema). A new kind of key is added here, or stats and purge miss it.
+LAYERS: Mapping[str, str] = MappingProxyType(
+    {EXACT_KIND: "exact", MEMO_KIND: "memo", GAP_KIND: "gaps", PROBE_KIND: "probes"}
+)
 
 _TENANT = "tenant:"
 _NARROWED = "tenant="
@@ -71,10 +91,15 @@ def store_key(kind: str, namespace: str, partition: str, digest: str) -> str:
 def parse_key(key: str) -> KeyParts | None:
     """The fields of a cachekit store key, or ``None`` for anything else (a foreign or older key)."""
     parts = key.split(":")
-    if len(parts) != 4 or parts[0] not in _KINDS:
+    if len(parts) != 4 or parts[0] not in LAYERS:
         return None
     kind, namespace, partition, digest = parts
     return KeyParts(kind, unquote(namespace), unquote(partition), digest)
+
+
+def probe_key(label: str) -> str:
+    """The key of an operator tool's short-lived probe (:data:`PROBE_KIND`, no namespace or partition)."""
+    return store_key(PROBE_KIND, "", "", label)
 
 
 def key_prefix(kind: str, namespace: str | None = None, partition: str | None = None) -> str:

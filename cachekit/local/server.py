@@ -5,18 +5,30 @@
     with LocalServer(LocalBackend()) as server:
         client = anthropic.Anthropic(api_key="local", base_url=server.url)
 
-Keep-alive connections, ``Content-Length`` bodies, and streams sent with chunked transfer encoding
-one SSE event per chunk, flushed as the engine produces them. A client that goes away mid-stream
-stops the generation (the event generator is closed). No dependency beyond the standard library.
+Keep-alive connections (pipelined requests too), ``Content-Length`` and chunked request bodies, and
+streams sent with chunked transfer encoding one SSE event per chunk, flushed as the engine produces
+them. A client that goes away mid-stream stops the generation (the event generator is closed). No
+dependency beyond the standard library.
+
+Request bodies are read strictly (RFC 9112) and never past the cap: whatever the framing says, the
+server reads at most ``max_body`` bytes of a request's body, framing included, before it has either
+the whole body or a reason to refuse it. Framing it cannot trust is a 400 and the connection is closed
+(the rest of the body is never read, so it is never taken for the next request): ``Content-Length``
+other than one run of ASCII digits; both ``Content-Length`` and ``Transfer-Encoding`` (the request
+smuggling rule of RFC 9112 section 6.3); a chunk size other than hex digits (no sign, prefix or
+whitespace), with optional ``;name[=value]`` extensions; a line not ended by CRLF or longer than 4 KiB;
+chunk data not followed by CRLF; a malformed trailer, or more than 64; a body cut short by the
+client. A transfer coding other than ``chunked`` alone is a 501; a body over the cap a 413.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from cachekit.local.backend import LocalBackend
 from cachekit.local.wire import dialect_of, endpoint_of, error_reply
@@ -25,13 +37,131 @@ __all__ = ["LocalServer"]
 
 logger = logging.getLogger("cachekit.local.server")
 
-_MAX_BODY = 64 * 1024 * 1024  # larger bodies get a 413, as the providers answer them
+#: The default cap on a request body, framing included: larger ones get a 413, as the providers
+#: answer them.
+MAX_BODY = 64 * 1024 * 1024
+#: The longest chunk-size line (extensions included) or trailer line, CRLF included.
+_MAX_LINE = 4096
+#: The most trailer fields after a chunked body.
+_MAX_TRAILERS = 64
+
+# RFC 9110 5.6.2 token; 5.6.4 quoted-string; 5.5 field-value characters (obs-text included).
+_TOKEN = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_QUOTED = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*"'
+#: RFC 9112 7.1: chunk-size [ chunk-ext ] CRLF, chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS value ] ).
+_EXTENSION = rb"[ \t]*;[ \t]*" + _TOKEN + rb"(?:[ \t]*=[ \t]*(?:" + _TOKEN + rb"|" + _QUOTED + rb"))?"
+_CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]+)(?:" + _EXTENSION + rb")*\r\n")
+#: RFC 9112 7.1.2: a trailer field line.
+_TRAILER_LINE = re.compile(_TOKEN + rb":[\t \x21-\x7e\x80-\xff]*\r\n")
+_DIGITS = re.compile(r"[0-9]+")
 
 
 class _BadBody(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+_TOO_LARGE = "Request exceeds the maximum allowed number of bytes."
+
+
+class _Stream(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+    def readline(self, size: int, /) -> bytes: ...
+
+
+class _BodyReader:
+    """Reads one request body from a connection, never more than ``cap`` bytes in all.
+
+    Every read asks the stream for at most what is left of the cap (a line for at most the line
+    limit), so no framing, however malformed, makes the server read or hold more; ``used`` is what
+    was read, framing included.
+    """
+
+    def __init__(self, stream: _Stream, cap: int) -> None:
+        self._stream = stream
+        #: The most bytes this body may take on the wire.
+        self.cap = cap
+        self.used = 0
+
+    def _left(self) -> int:
+        return self.cap - self.used
+
+    def exactly(self, size: int) -> bytes:
+        """``size`` bytes: a 413 before reading if they would pass the cap, a 400 if the body ends first."""
+        if size > self._left():
+            raise _BadBody(413, _TOO_LARGE)
+        data = self._stream.read(size) if size else b""
+        self.used += len(data)
+        if len(data) < size:
+            raise _BadBody(400, "The request body ended before its declared length.")
+        return data
+
+    def line(self) -> bytes:
+        """One CRLF-terminated line of at most :data:`_MAX_LINE` bytes."""
+        limit = min(_MAX_LINE, self._left())
+        line = self._stream.readline(limit) if limit > 0 else b""
+        self.used += len(line)
+        if line.endswith(b"\n"):
+            if not line.endswith(b"\r\n"):
+                raise _BadBody(400, "Invalid chunked request body: lines must end with CRLF.")
+            return line
+        if limit < _MAX_LINE and len(line) == limit:
+            raise _BadBody(413, _TOO_LARGE)  # the cap, not the line limit, cut it short
+        if len(line) == limit:
+            raise _BadBody(400, "Invalid chunked request body: a line is too long.")
+        raise _BadBody(400, "The request body ended before its last chunk.")
+
+    def chunked(self) -> bytes:
+        """A chunked body (RFC 9112 7.1), its trailers read and dropped."""
+        body = bytearray()
+        while True:
+            match = _CHUNK_LINE.fullmatch(self.line())
+            if match is None:
+                raise _BadBody(400, "Invalid chunked request body: malformed chunk size line.")
+            digits = match.group(1).lstrip(b"0") or b"0"
+            # More hex digits than the cap has bytes' worth cannot be a size under the cap (and this
+            # keeps int() from parsing a 4 KiB number).
+            size = int(digits, 16) if len(digits) <= 16 else self.cap + 1
+            if size == 0:
+                break
+            body += self.exactly(size)
+            if self.exactly(2) != b"\r\n":
+                raise _BadBody(400, "Invalid chunked request body: chunk data not followed by CRLF.")
+        for _ in range(_MAX_TRAILERS + 1):
+            line = self.line()
+            if line == b"\r\n":
+                return bytes(body)
+            if _TRAILER_LINE.fullmatch(line) is None:
+                raise _BadBody(400, "Invalid chunked request body: malformed trailer field.")
+        raise _BadBody(400, "Invalid chunked request body: too many trailer fields.")
+
+
+def _read_body(headers: Any, reader: _BodyReader) -> bytes:
+    """The request body as the headers frame it (``headers``: the request's parsed header fields)."""
+    codings_fields: list[str] = headers.get_all("transfer-encoding") or []
+    lengths: list[str] = headers.get_all("content-length") or []
+    if codings_fields and lengths:
+        # Two framings: an intermediary may have used the other one (request smuggling).
+        raise _BadBody(400, "A request may not have both Content-Length and Transfer-Encoding.")
+    if codings_fields:
+        codings = [c.strip(" \t").lower() for field in codings_fields for c in field.split(",")]
+        if codings[-1:] != ["chunked"] or codings.count("chunked") > 1:
+            # The body's end is unknown (RFC 9112 6.3): chunked must be last, and applied once.
+            raise _BadBody(400, "Invalid Transfer-Encoding header: chunked must be the last coding, once.")
+        if codings != ["chunked"]:
+            raise _BadBody(501, "Transfer codings other than chunked are not implemented.")
+        return reader.chunked()
+    if not lengths:
+        return b""
+    value = lengths[0].strip(" \t")
+    if len(lengths) != 1 or _DIGITS.fullmatch(value) is None:
+        raise _BadBody(400, "Invalid Content-Length header.")
+    digits = value.lstrip("0") or "0"
+    # Checked by length first: int() refuses numbers of more than 4300 digits.
+    size = int(digits) if len(digits) <= 19 else reader.cap + 1
+    return reader.exactly(size)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -52,37 +182,11 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_POST
 
     def _body(self) -> bytes:
-        if "chunked" in self.headers.get("transfer-encoding", "").lower():
-            return self._chunked()
-        length = self.headers.get("content-length")
+        reader = _BodyReader(self.rfile, self.server.max_body)
         try:
-            size = int(length) if length is not None else 0
-        except ValueError:
-            raise _BadBody(400, "Invalid Content-Length header.") from None
-        if size < 0:
-            raise _BadBody(400, "Invalid Content-Length header.")
-        if size > _MAX_BODY:
-            raise _BadBody(413, "Request exceeds the maximum allowed number of bytes.")
-        return self.rfile.read(size) if size else b""
-
-    def _chunked(self) -> bytes:
-        parts: list[bytes] = []
-        total = 0
-        while True:
-            line = self.rfile.readline(1024)
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise _BadBody(400, "Invalid chunked request body.") from None
-            if size == 0:
-                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):  # trailers
-                    pass
-                return b"".join(parts)
-            total += size
-            if total > _MAX_BODY:
-                raise _BadBody(413, "Request exceeds the maximum allowed number of bytes.")
-            parts.append(self.rfile.read(size))
-            self.rfile.readline(8)  # the CRLF after each chunk
+            return _read_body(self.headers, reader)
+        finally:
+            self.server.body_read(reader.used)
 
     def _answer(self) -> None:
         headers = {key.lower(): value for key, value in self.headers.items()}
@@ -141,24 +245,46 @@ class _Server(ThreadingHTTPServer):
         """A client that hangs up or stalls is routine: a debug line, not a traceback on stderr."""
         logger.debug("connection from %s ended abruptly", client_address, exc_info=True)
 
-    def __init__(self, address: tuple[str, int], backend: LocalBackend) -> None:
+    def __init__(self, address: tuple[str, int], backend: LocalBackend, max_body: int) -> None:
         self.backend = backend
+        self.max_body = max_body
+        self.peak_body_read = 0
+        self._peak_lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def body_read(self, size: int) -> None:
+        """Note that one request's body took ``size`` bytes off its connection."""
+        with self._peak_lock:
+            self.peak_body_read = max(self.peak_body_read, size)
 
 
 class LocalServer:
     """A :class:`LocalBackend` served over HTTP on ``host:port`` (port 0: a free one).
 
     Use as a context manager, or :meth:`start` / :meth:`stop`; :meth:`serve_forever` blocks.
-    The backend is not closed when the server stops.
+    The backend is not closed when the server stops. ``max_body``: the most bytes of one request's
+    body, framing included, that the server reads (a larger one is a 413).
     """
 
     def __init__(
-        self, backend: LocalBackend | None = None, *, host: str = "127.0.0.1", port: int = 0
+        self,
+        backend: LocalBackend | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_body: int = MAX_BODY,
     ) -> None:
+        if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
+            raise ValueError(f"max_body must be a number of bytes >= 0, not {max_body!r}")
         self.backend = backend if backend is not None else LocalBackend()
-        self._server = _Server((host, port), self.backend)
+        self._server = _Server((host, port), self.backend, max_body)
         self._thread: threading.Thread | None = None
+
+    @property
+    def peak_body_read(self) -> int:
+        """The most bytes any one request's body has taken off its connection so far, framing
+        included (never more than ``max_body``): what the server held for a body at most."""
+        return self._server.peak_body_read
 
     @property
     def port(self) -> int:

@@ -13,8 +13,9 @@ from typing import Any
 
 from cachekit._http import Request
 from cachekit._types import Dialect
-from cachekit.config import MODES, CacheConfig, Mode
+from cachekit.config import MAX_TTL, MODES, CacheConfig, Mode, check_ttl
 from cachekit.context import UNSET, CallPolicy
+from cachekit.errors import ConfigError
 from cachekit.gaps import Expect, breakpoints_setting
 from cachekit.pipeline.view import Seen
 from cachekit.providers.state import Verdict, classify
@@ -102,12 +103,7 @@ def read_control(headers: dict[str, str], config: CacheConfig, context: CallPoli
         raise BadControl(f"x-cachekit must be one of {sorted(MODES - {'default'})}, not {mode!r}")
     ttl = config.ttl if context.ttl is UNSET else context.ttl
     if (raw_ttl := headers.get(CONTROL_PREFIX + "-ttl")) is not None:
-        try:
-            ttl = float(raw_ttl)
-        except ValueError:
-            ttl = -1.0
-        if not ttl > 0:
-            raise BadControl(f"x-cachekit-ttl must be a positive number of seconds, not {raw_ttl!r}")
+        ttl = _seconds(CONTROL_PREFIX + "-ttl", raw_ttl)
     request_tenant = headers.get(CONTROL_PREFIX + "-tenant") or context.tenant or None
     namespace = headers.get(CONTROL_PREFIX + "-namespace") or context.namespace or config.namespace
     semantic, threshold = context.semantic, None
@@ -139,14 +135,18 @@ def read_control(headers: dict[str, str], config: CacheConfig, context: CallPoli
 
 
 def _seconds(name: str, value: str) -> float:
-    """A header's positive, finite number of seconds; :class:`BadControl` for anything else."""
+    """A header's number of seconds in (0, :data:`~cachekit.config.MAX_TTL`]; :class:`BadControl` for
+    anything else. Refused, not clamped: a TTL past the bound is a caller's mistake the 400 points out."""
     try:
         seconds = float(value)
     except ValueError:
-        seconds = math.nan
-    if not 0 < seconds < math.inf:
-        raise BadControl(f"{name} must be a positive number of seconds, not {value!r}")
-    return seconds
+        seconds = math.nan  # refused below, with the range
+    try:
+        return check_ttl(seconds, name, allow_none=False)  # type: ignore[return-value]
+    except ConfigError:
+        raise BadControl(
+            f"{name} must be a positive number of seconds, at most {MAX_TTL:.0f} (ten years), not {value!r}"
+        ) from None
 
 
 def _semantic_header(value: str) -> tuple[bool, float | None]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachekit._progress import Progress, tracked
+from cachekit.exact.keys import probe_key
 from cachekit.semantic.base import Candidate, Embedder, Vector, VectorIndex
 from cachekit.semantic.guards import ContentWordGuard
 from cachekit.semantic.matcher import REASON_VERIFIER, Matcher, build_matcher
@@ -413,7 +414,7 @@ def _pairwise(
     for number, pair in enumerate(tracked(pairs, progress, "looking up pairs")):
         stored, query = vectors[pair.a], vectors[pair.b]
         similarity = float(np.dot(stored, query))
-        key = f"eval-{number}"
+        key = probe_key(f"eval.{run}.{number}")
         if index is not None:
             partition = f"cachekit-eval:{run}:{number}"
             index.add(partition, key, stored, pair.a, ttl=_ENTRY_TTL)
@@ -445,7 +446,7 @@ def _indexed(
     stored = list(dict.fromkeys(p.a for p in pairs))
     try:
         for number, text in enumerate(tracked(stored, progress, "storing questions")):
-            index.add(partition, f"eval-{number}", vectors[text], text, ttl=_ENTRY_TTL)
+            index.add(partition, probe_key(f"eval.{number}"), vectors[text], text, ttl=_ENTRY_TTL)
         for pair in tracked(pairs, progress, "looking up pairs"):
             found = index.search(partition, vectors[pair.b], k=_INDEX_K, min_similarity=matcher.threshold)
             options = _judge(matcher, pair.b, found, functools.partial(serves, pair.b))
@@ -453,7 +454,7 @@ def _indexed(
             _count(report, _result(pair, similarity, options, matcher))
     finally:
         for number in range(len(stored)):
-            index.remove(partition, f"eval-{number}")
+            index.remove(partition, probe_key(f"eval.{number}"))
 
 
 def curve(report: EvalReport, points: Sequence[float] | None = None) -> list[tuple[float, Counts]]:

@@ -341,7 +341,7 @@ class MemoryVectorIndex:
 
         Raises :class:`DimensionMismatchError` when the partition holds vectors of another length.
         """
-        _check_ttl(ttl)
+        ttl = _check_ttl(ttl)
         row = unit_vector(vector)
         with self._lock:
             self._check_open()

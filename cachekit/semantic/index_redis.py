@@ -510,7 +510,7 @@ class RedisVectorIndex(Closing, AsyncClosing):
         self, entry_key: str, vector: Vector, text: str, ttl: float | None, mac: str
     ) -> tuple[list[bytes] | None, int]:
         """The add script's ARGV and the vector's dimension; ARGV None when only a removal is due."""
-        _check_ttl(ttl)
+        ttl = _check_ttl(ttl)
         row = unit_vector(vector)
         dim = int(row.shape[0])
         if ttl is not None and ttl <= 0:

@@ -57,8 +57,10 @@ class Store(Protocol):
     """A synchronous key-value store with per-entry time-to-live.
 
     Implementations must be safe to call from several threads at once. ``get`` returns ``None`` for a
-    missing or expired key. A ``ttl`` of ``None`` means the entry does not expire (it may still be
-    evicted for space). Failures raise :class:`cachekit.errors.StoreError`.
+    missing or expired key. A ``ttl`` of ``None`` (or infinity) means the entry does not expire (it
+    may still be evicted for space); zero or less means already expired: nothing is written and an
+    earlier value is removed; NaN raises :class:`ValueError`; a TTL longer than the store can hold is
+    kept as long as it can. Failures raise :class:`cachekit.errors.StoreError`.
     """
 
     @property

@@ -121,10 +121,10 @@ class MemoryStore:
     def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
         """Store ``value`` under ``key``, replacing any earlier value, then evict down to the budgets.
 
-        A ``ttl`` of ``None`` never expires; a ``ttl`` of zero or less is already expired, so it only
-        removes an earlier value.
+        A ``ttl`` of ``None`` (or infinity) never expires; a ``ttl`` of zero or less is already expired,
+        so it only removes an earlier value.
         """
-        _check_ttl(ttl)
+        ttl = _check_ttl(ttl)
         # A bytearray or memoryview would let the caller change a cached value after the fact.
         value = bytes(value)
         size = len(key) + len(value)
@@ -257,7 +257,15 @@ class MemoryStore:
             self._evictions += 1
 
 
-def _check_ttl(ttl: float | None) -> None:
-    """Reject a NaN ttl: every comparison with it is false, so the entry would silently never expire."""
-    if ttl is not None and math.isnan(ttl):
+def _check_ttl(ttl: float | None) -> float | None:
+    """A ``ttl`` given to a store's (or an index's) ``set``, as every store reads it: ``None`` or
+    infinity never expires (``None`` returned), zero or less (negative infinity too) is already
+    expired, any other number is seconds (a store keeps what it can represent: Redis whole
+    milliseconds, at least one, at most about 31,700 years). NaN raises :class:`ValueError`: every
+    comparison with it is false, so the entry would silently never expire. The edges
+    (:func:`cachekit.config.check_ttl`) refuse all but (0, ten years] before a store sees a TTL."""
+    if ttl is None or ttl == math.inf:
+        return None
+    if math.isnan(ttl):
         raise ValueError("ttl must be a number of seconds or None, not NaN")
+    return float(ttl)

@@ -480,7 +480,8 @@ class RedisStore(Closing, AsyncClosing):
     def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
         """Store ``value`` under ``key`` in one transaction, replacing any earlier value and TTL.
 
-        A ``ttl`` of ``None`` never expires; zero or less only deletes an earlier value. A value over
+        A ``ttl`` of ``None`` (or infinity) never expires; zero or less only deletes an earlier value;
+        one longer than about 31,700 years is kept that long. A value over
         ``max_value_bytes`` is not stored (the earlier value is deleted, so it is not served stale).
         """
         plan = self._plan_set(value, ttl)
@@ -646,7 +647,7 @@ class RedisStore(Closing, AsyncClosing):
 
     def _plan_set(self, value: bytes, ttl: float | None) -> tuple[bytes, bytes, int | None] | None:
         """(value, created-at field, TTL in ms or None) to write, or None to only delete the key."""
-        _check_ttl(ttl)
+        ttl = _check_ttl(ttl)
         if ttl is not None and ttl <= 0:
             return None
         value = bytes(value)
@@ -658,7 +659,9 @@ class RedisStore(Closing, AsyncClosing):
                 self._max_value_bytes,
             )
             return None
-        ms = None if ttl is None or math.isinf(ttl) else min(max(1, round(ttl * 1000)), _MAX_TTL_MS)
+        # Clamped before rounding: a huge TTL (1e308 s) is an infinite float of milliseconds, which
+        # round() refuses (an OverflowError that failed every write).
+        ms = None if ttl is None else max(1, round(min(ttl * 1000, _MAX_TTL_MS)))
         return value, f"{self._clock():.6f}".encode(), ms
 
     @staticmethod

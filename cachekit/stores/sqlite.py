@@ -137,14 +137,18 @@ class SQLiteStore:
     def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
         """Store ``value`` under ``key`` in one statement, replacing any earlier value.
 
-        A ``ttl`` of ``None`` never expires; a ``ttl`` of zero or less is already expired (a miss).
+        A ``ttl`` of ``None`` (or infinity) never expires; a ``ttl`` of zero or less is already
+        expired, so it only removes an earlier value (as in every store: no expired row is written).
         """
-        _check_ttl(ttl)
+        ttl = _check_ttl(ttl)
         now = self._clock()
         expires_at = None if ttl is None else now + ttl
         with self._lock:
             conn = self._live()
             try:
+                if ttl is not None and ttl <= 0:
+                    conn.execute("DELETE FROM entries WHERE key = ?", (key,))
+                    return
                 conn.execute(_SET, (key, bytes(value), now, expires_at))
                 self._sets += 1
                 if self._sets % PURGE_EVERY == 0:
