@@ -10,7 +10,7 @@ what is not the SDK's typed data:
 * a field the SDK's class does not declare (kept by the SDK as an untyped extra);
 * a dict where the SDK's type is a model (a constructed value that fell back to raw JSON);
 * a model whose ``type`` is not one its class declares (the wrong variant of a union);
-* a declared field that is missing (a constructed model without it).
+* a required field that is missing (a constructed model holds ``None`` there).
 
 The running ``snapshot`` that the stream helpers attach to their own events is the SDK's state, not
 the stream's data, and is not walked (the final answer is). Allowed as extras: the ``index`` that the
@@ -109,6 +109,10 @@ def _members(hint: Any) -> Iterator[Any]:
         yield hint
 
 
+def _admits_none(hint: Any) -> bool:
+    return any(member in (type(None), object, Any) for member in _members(hint))
+
+
 def _admits_model(hint: Any) -> bool:
     """Whether a dict is the wrong value for ``hint``: some member of it is a model."""
     return any(isinstance(member, type) and issubclass(member, BaseModel) for member in _members(hint))
@@ -138,11 +142,12 @@ def untyped(value: Any, path: str = "event") -> list[str]:
     for name, info in cls.model_fields.items():
         if helper and name == "snapshot":
             continue
-        if name not in value.__dict__:
+        field = value.__dict__.get(name)
+        hint = info.annotation
+        if field is None and info.is_required() and not _admits_none(hint):
+            # A constructed model without a required field (the SDKs construct it as None).
             found.append(f"{path}.{name}: missing")
             continue
-        field = value.__dict__[name]
-        hint = info.annotation
         if (
             name == "type"
             and typing.get_origin(hint) is typing.Literal

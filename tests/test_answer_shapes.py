@@ -435,6 +435,16 @@ def test_parallel_calls_follow_the_request(backend: LocalBackend, dialect: Diale
 
     assert calls(_answer(backend, dialect, body)) == ["get_weather", "get_time"]
     assert calls(_answer(backend, dialect, single)) == ["get_weather"]
+    # Any tool, forced: the named tools are called with no text before them.
+    anyhow = {**body, "tool_choice": {"type": "any"} if dialect == "anthropic_messages" else "required"}
+    answer = _answer(backend, dialect, anyhow)
+    assert calls(answer) == ["get_weather", "get_time"]
+    if dialect == "anthropic_messages":
+        assert answer.content[0].type == "tool_use"
+    elif dialect == "openai_chat":
+        assert answer.choices[0].message.content is None
+    else:
+        assert answer.output[0].type == "function_call"
     # A forced tool is called alone, with no text before it (the API prefills the call).
     answer = _answer(backend, dialect, forced)
     assert calls(answer) == ["get_time"]
@@ -696,3 +706,26 @@ def test_streams_send_blocks_in_the_providers_event_order(backend: LocalBackend)
     ]
     assert names.index("response.output_text.annotation.added") > names.index("response.output_text.delta")
     assert names.index("response.output_text.annotation.added") < names.index("response.output_text.done")
+
+
+def test_untyped_finds_whatever_the_sdk_did_not_type() -> None:
+    # The checker the tests above rely on: it sees each way an answer can escape the SDK's types.
+    text = anthropic.types.TextBlock(type="text", text="hi")
+    message = anthropic.types.Message(
+        id="m",
+        type="message",
+        role="assistant",
+        model="claude-sonnet-4-5",
+        content=[text],
+        stop_reason="end_turn",
+        usage=anthropic.types.Usage(input_tokens=1, output_tokens=1),
+    )
+    assert untyped(message) == []
+    as_dict = message.model_copy(update={"content": [{"type": "text", "text": "hi"}]})  # not validated
+    assert untyped(as_dict) == ["event.content[0]: a dict where the SDK has a model"]
+    wrong = anthropic.types.TextBlock.construct(type="thinking", text="hi")
+    assert untyped(wrong) == ["event: TextBlock with type 'thinking'"]
+    extra = anthropic.types.TextBlock.model_validate({"type": "text", "text": "hi", "novel": 1})
+    assert untyped(extra) == ["event.novel: not a field of TextBlock"]
+    missing = anthropic.types.TextBlock.construct(type="text")
+    assert untyped(missing) == ["event.text: missing"]
