@@ -32,6 +32,7 @@ from cachekit.local import (
     Block,
     ByteTokenizer,
     Citation,
+    Generation,
     LocalBackend,
     LocalTransport,
     Prompt,
@@ -40,6 +41,7 @@ from cachekit.local import (
     Thinking,
     ToolCall,
 )
+from cachekit.local.engine import GenerationState
 from cachekit.local.parse import parse
 from cachekit.testing import FakeUpstream
 from tests.conftest import SDK, Harness
@@ -729,3 +731,45 @@ def test_untyped_finds_whatever_the_sdk_did_not_type() -> None:
     assert untyped(extra) == ["event.novel: not a field of TextBlock"]
     missing = anthropic.types.TextBlock.construct(type="text")
     assert untyped(missing) == ["event.text: missing"]
+
+
+class _Generated(GenerationState):
+    """Text an engine generates as it is read (the transformers engine's kind): it runs once."""
+
+    def __init__(self) -> None:
+        self._finish = "end"
+        self._output_tokens = 2
+        self.runs = 0
+
+    def __iter__(self) -> Iterator[str]:
+        self.runs += 1
+        yield "Hello "
+        yield "world"
+
+
+@pytest.mark.parametrize("dialect", list(KINDS))
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_generated_text_is_read_once(dialect: Dialect, stream: bool) -> None:
+    made: list[_Generated] = []
+
+    class Engine(ScriptedEngine):
+        def generate(self, prompt: Prompt) -> Generation:
+            made.append(_Generated())
+            return made[-1]
+
+    backend = LocalBackend(Engine(ByteTokenizer()))
+    body = {**request(dialect, "refusal", "Paris"), "stream": stream}
+    reply = backend.handle("POST", PATHS[dialect], {"authorization": "Bearer k"}, orjson.dumps(body))
+    raw = b"".join(reply.events) if reply.events is not None else reply.content
+    answer = read_typed(dialect, raw).final if stream else orjson.loads(raw)
+    text = {
+        "anthropic_messages": lambda: answer.content[0].text if stream else answer["content"][0]["text"],
+        "openai_chat": lambda: (
+            answer.choices[0].message.content if stream else answer["choices"][0]["message"]["content"]
+        ),
+        "openai_responses": lambda: (
+            answer.output_text if stream else answer["output"][0]["content"][0]["text"]
+        ),
+    }[dialect]()
+    assert text == "Hello world"
+    assert [generation.runs for generation in made] == [1]

@@ -5,10 +5,10 @@ The HTTP layer (:mod:`cachekit.local.backend`) parses each provider's request in
 HTTP, SSE or the providers' JSON shapes, and the HTTP layer nothing about models.
 
 An answer is either text produced as it is generated (iterate the generation), a single
-:class:`ToolCall`, or a sequence of :data:`Block` values: text with :class:`Citation` s, several tool
-calls, :class:`Thinking` (with its signature), :class:`RedactedThinking`, a :class:`Refusal` or a
-:class:`WebSearch`, in the order the answer gives them. :mod:`cachekit.local.wire` renders each block
-the way each provider's API carries it.
+:class:`ToolCall`, or a sequence of :data:`Block` values in the order the answer gives them: text
+with its :class:`Citation` list, tool calls, :class:`Thinking` (with its signature),
+:class:`RedactedThinking`, a :class:`Refusal`, a :class:`WebSearch`. :mod:`cachekit.local.wire`
+renders each block the way each provider's API carries it.
 """
 
 from __future__ import annotations

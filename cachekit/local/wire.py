@@ -325,6 +325,7 @@ class _Answer:
         # An engine written before blocks existed gives none (the Generation protocol).
         self._blocks: tuple[Block, ...] = tuple(getattr(generation, "blocks", ()) or ())
         self.generated = ""
+        self._ended = False  # a generated text has been read to its end (a generation runs once)
 
     @property
     def live(self) -> bool:
@@ -341,12 +342,13 @@ class _Answer:
 
     def pieces(self, block: Text | Thinking | Refusal) -> Iterator[str]:
         """The pieces of a block's text to stream; a generated answer's as the engine produces them."""
-        if self.live:
+        if self.live and not self._ended:
             for piece in self.generation:
                 self.generated += piece
                 yield piece
+            self._ended = True
             return
-        yield from _pieces(_block_text(block), _TEXT_PIECE)
+        yield from _pieces(self.generated if self.live else _block_text(block), _TEXT_PIECE)
 
     def text_of(self, block: Text) -> str:
         return self.generated if self.live else block.text
