@@ -31,12 +31,18 @@ per 4 bytes of UTF-8, prompt and answer alike), every prompt token billed as unc
 local backend (:mod:`cachekit.local`) with its scripted engine and no cache accounting; use
 :class:`cachekit.local.LocalBackend` for the providers' prompt-caching rules and tiktoken counts.
 
-Tool calls: when the request offers tools and either its final message is a user message that
-mentions "weather" or its ``tool_choice`` forces a tool, the answer is one call of the forced tool
-(else the first function tool) with arguments built from the tool's JSON schema. Structured
-output (``response_format`` / ``text.format`` / ``output_config.format`` with a JSON schema) is
-answered with a JSON document built from that schema. A ``max_tokens`` / ``max_completion_tokens``
-/ ``max_output_tokens`` below the answer's length truncates it the way each provider does.
+Answers take the shapes of today's answers, by the scripted engine's rules
+(:mod:`cachekit.local.scripted`): tool calls when the request offers tools and its final user
+message mentions "weather" or names tools (several calls, after a short text, when it names several
+and parallel calls are allowed), or its ``tool_choice`` forces one, with arguments built from each
+tool's JSON schema; a thinking block (or reasoning item) first when the request turns reasoning on;
+text blocks citing the request's documents when they enable citations; a search and cited pages when
+it offers web search; a refusal for Anthropic's documented refusal test string. Structured output
+(``response_format`` / ``text.format`` / ``output_config.format`` with a JSON schema) is answered
+with a JSON document built from that schema. A ``max_tokens`` / ``max_completion_tokens`` /
+``max_output_tokens`` below the answer's length truncates it the way each provider does. For any
+other shape, pass ``script=``: a function of the parsed request that returns the answer's blocks
+(:class:`cachekit.local.ScriptedEngine`).
 
 The local backend as a pytest fixture
 -------------------------------------
@@ -84,7 +90,7 @@ from cachekit.config import CacheConfig
 from cachekit.cost.ledger import Ledger, MemorySink
 from cachekit.exact.flights import Signal
 from cachekit.local.backend import LocalBackend
-from cachekit.local.scripted import ByteTokenizer, ScriptedEngine
+from cachekit.local.scripted import ByteTokenizer, Script, ScriptedEngine
 from cachekit.local.transport import LocalTransport, aiter_reply, build_response, iter_reply
 from cachekit.local.wire import (
     JSON,
@@ -187,9 +193,14 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         latency: seconds to wait before answering each request (``time.sleep`` in sync clients,
             ``anyio.sleep`` in async ones), to simulate the network.
         chunk_delay: seconds to wait before each chunk of a streamed answer.
+        script: answers of the test's own: called with each parsed request (a
+            :class:`cachekit.local.Prompt`), it returns the answer's blocks (text with citations,
+            tool calls, thinking, a refusal, ...), or ``None`` to answer by the default rules.
     """
 
-    def __init__(self, *, latency: float = 0.0, chunk_delay: float = 0.0) -> None:
+    def __init__(
+        self, *, latency: float = 0.0, chunk_delay: float = 0.0, script: Script | None = None
+    ) -> None:
         self.latency = latency
         self.chunk_delay = chunk_delay
         self._lock = _fork.lock(self)
@@ -201,7 +212,7 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         # The local backend's scripted engine answers; usage is a 4-bytes-per-token estimate and
         # every prompt token is billed as uncached (no provider cache is simulated here). Like the
         # providers it imitates, it announces no caching rules (no x-cachekit-rules header).
-        engine = ScriptedEngine(ByteTokenizer(), reply_prefix="Fake reply")
+        engine = ScriptedEngine(ByteTokenizer(), reply_prefix="Fake reply", script=script)
         self._backend = LocalBackend(engine, rules="none", accept_any_model=True, announce=False)
 
     # -- inspection and scripting ---------------------------------------------------------------

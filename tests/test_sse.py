@@ -24,6 +24,10 @@ from hypothesis import strategies as st
 from cachekit._types import Dialect
 from cachekit.exact import sse
 from cachekit.testing import FakeUpstream
+from tests.sdk_events import read_typed
+from tests.test_answer_shapes import CASES as SHAPE_CASES
+from tests.test_answer_shapes import cite_the_web
+from tests.test_answer_shapes import request as shape_request
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sse"
 FIXTURE_NAMES = sorted(path.stem for path in FIXTURES.glob("*.sse"))
@@ -670,7 +674,27 @@ def sample_bodies(dialect: Dialect) -> dict[str, dict[str, Any]]:
         "tool": tool,
         "parallel_tools": with_parallel_calls(dialect, tool),
         "thinking": with_thinking(dialect, text),
+        **shaped_bodies(dialect),
     }
+
+
+def shaped_bodies(dialect: Dialect) -> dict[str, dict[str, Any]]:
+    """The scripted engine's answers in every shape of today's APIs (text and parallel tool calls,
+    thinking, redacted thinking, citations, refusals: ``tests/test_answer_shapes.py``), as bodies."""
+    upstream = FakeUpstream(script=cite_the_web)
+    url = _FAKE_REQUESTS[dialect](False)[0]
+    bodies = {}
+    with httpx2.Client(transport=upstream) as client:
+        for case, shape in SHAPE_CASES:
+            if case == dialect:
+                bodies[f"shape:{shape}"] = client.post(
+                    url, json=shape_request(dialect, shape, "Paris")
+                ).json()
+    return bodies
+
+
+# Samples with fields of OpenAI-compatible providers that the openai SDK does not type.
+_FOREIGN_FIELDS = {("openai_chat", "thinking")}  # DeepSeek's reasoning_content
 
 
 def _longer(dialect: Dialect, body: dict[str, Any]) -> dict[str, Any]:
@@ -804,6 +828,37 @@ def test_synthesize_responses_shape() -> None:
         assert kind in names, kind
 
 
+def test_synthesize_anthropic_reports_late_usage_in_message_delta() -> None:
+    # How much of the answer was thinking is known at its end: message_delta says it, as the API does,
+    # and message_start does not claim it before the answer exists.
+    body = shaped_bodies("anthropic_messages")["shape:thinking"]
+    assert body["usage"]["output_tokens_details"]["thinking_tokens"] > 0
+    events = events_of(sse.synthesize("anthropic_messages", body))
+    assert "output_tokens_details" not in events[0][1]["message"]["usage"]
+    assert events[-2][1]["usage"]["output_tokens_details"] == body["usage"]["output_tokens_details"]
+    assert sse.assemble("anthropic_messages", sse.synthesize("anthropic_messages", body)) == body
+
+
+def test_synthesize_responses_web_search_goes_through_its_stages() -> None:
+    url, _ = _responses_request(False)
+    request = {"model": "gpt-4o", "input": "News?", "tools": [{"type": "web_search"}]}
+    with httpx2.Client(transport=FakeUpstream()) as client:
+        body = client.post(url, json=request).json()
+    assert body["output"][0]["type"] == "web_search_call"
+    raw = sse.synthesize("openai_responses", body)
+    names = [name for name, _ in events_of(raw)]
+    at = names.index("response.output_item.added")
+    assert names[at : at + 5] == [
+        "response.output_item.added",
+        "response.web_search_call.in_progress",
+        "response.web_search_call.searching",
+        "response.web_search_call.completed",
+        "response.output_item.done",
+    ]
+    read_typed("openai_responses", raw)
+    assert sse.assemble("openai_responses", raw) == body
+
+
 def test_synthesize_responses_that_did_not_complete_ends_like_the_api() -> None:
     body = {
         **fake_body("openai_responses"),
@@ -848,7 +903,9 @@ def served(content: bytes, content_type: str) -> Iterator[httpx2.Client]:
 
 def anthropic_final(raw: bytes) -> Any:
     for http_client in served(raw, "text/event-stream"):
-        client = anthropic.Anthropic(api_key="k", http_client=http_client, max_retries=0)
+        client = anthropic.Anthropic(
+            api_key="k", http_client=http_client, max_retries=0, _strict_response_validation=True
+        )
         with client.messages.stream(model="claude-sonnet-4-5", max_tokens=64, messages=MESSAGES) as stream:
             return stream.get_final_message()
     raise AssertionError
@@ -856,14 +913,18 @@ def anthropic_final(raw: bytes) -> Any:
 
 def anthropic_plain(body: dict[str, Any]) -> Any:
     for http_client in served(orjson.dumps(body), "application/json"):
-        client = anthropic.Anthropic(api_key="k", http_client=http_client, max_retries=0)
+        client = anthropic.Anthropic(
+            api_key="k", http_client=http_client, max_retries=0, _strict_response_validation=True
+        )
         return client.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=MESSAGES)
     raise AssertionError
 
 
 def chat_final(raw: bytes) -> Any:
     for http_client in served(raw, "text/event-stream"):
-        client = openai.OpenAI(api_key="k", http_client=http_client, max_retries=0)
+        client = openai.OpenAI(
+            api_key="k", http_client=http_client, max_retries=0, _strict_response_validation=True
+        )
         with client.chat.completions.stream(model="gpt-4o", messages=MESSAGES) as stream:
             return stream.get_final_completion()
     raise AssertionError
@@ -871,14 +932,18 @@ def chat_final(raw: bytes) -> Any:
 
 def chat_plain(body: dict[str, Any]) -> Any:
     for http_client in served(orjson.dumps(body), "application/json"):
-        client = openai.OpenAI(api_key="k", http_client=http_client, max_retries=0)
+        client = openai.OpenAI(
+            api_key="k", http_client=http_client, max_retries=0, _strict_response_validation=True
+        )
         return client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
     raise AssertionError
 
 
 def responses_final(raw: bytes) -> Any:
     for http_client in served(raw, "text/event-stream"):
-        client = openai.OpenAI(api_key="k", http_client=http_client, max_retries=0)
+        client = openai.OpenAI(
+            api_key="k", http_client=http_client, max_retries=0, _strict_response_validation=True
+        )
         with client.responses.stream(model="gpt-4o", input="Hi") as stream:
             return stream.get_final_response()
     raise AssertionError
@@ -886,7 +951,9 @@ def responses_final(raw: bytes) -> Any:
 
 def responses_plain(body: dict[str, Any]) -> Any:
     for http_client in served(orjson.dumps(body), "application/json"):
-        client = openai.OpenAI(api_key="k", http_client=http_client, max_retries=0)
+        client = openai.OpenAI(
+            api_key="k", http_client=http_client, max_retries=0, _strict_response_validation=True
+        )
         # parse(), like stream(), returns ParsedResponse items (with their "parsed" fields)
         return client.responses.parse(model="gpt-4o", input="Hi")
     raise AssertionError
@@ -924,6 +991,7 @@ def chat_facts(completion: Any) -> dict[str, Any]:
                 choice.message.content,
                 choice.message.refusal,
                 [(c.id, c.function.name, c.function.arguments) for c in choice.message.tool_calls or []],
+                [a.model_dump() for a in choice.message.annotations or []],
             )
             for choice in completion.choices
         ],
@@ -958,11 +1026,22 @@ def test_sdk_stream_of_fixture_equals_sdk_parse_of_assembled_body(name: str) -> 
     assert streamed["id"]  # the comparison is about something
 
 
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fixtures_are_typed_by_the_sdks(name: str) -> None:
+    # Every event validates against the SDK's own event types, and nothing is left untyped.
+    read = read_typed(dialect_of(name), fixture(name))
+    assert read.events
+    assert read.final.id
+
+
 @pytest.mark.parametrize("dialect", list(_FAKE_REQUESTS))
 def test_sdk_stream_of_synthesized_equals_sdk_parse_of_body(dialect: Dialect) -> None:
     final, plain, facts = SDK[dialect]
     for label, body in sample_bodies(dialect).items():
-        streamed = final(sse.synthesize(dialect, body, include_usage=True))
+        raw = sse.synthesize(dialect, body, include_usage=True)
+        if (dialect, label) not in _FOREIGN_FIELDS:
+            read_typed(dialect, raw)  # what cachekit synthesizes is what the SDKs type
+        streamed = final(raw)
         parsed = plain(body)
         assert facts(streamed) == facts(parsed), label
         if dialect == "anthropic_messages":

@@ -608,7 +608,10 @@ _ANTHROPIC_DELTA_USAGE = (
     "cache_read_input_tokens",
     "output_tokens",
     "server_tool_use",
+    "output_tokens_details",
 )
+# Usage known only once the answer is done: message_start leaves it out, message_delta carries it.
+_ANTHROPIC_LATE_USAGE = ("output_tokens_details",)
 # Block types whose "input" the API streams as input_json_delta (the SDK tracks the same two).
 _ANTHROPIC_TOOL_BLOCKS = ("tool_use", "server_tool_use")
 
@@ -618,7 +621,7 @@ def _synthesize_anthropic(message: dict[str, Any]) -> bytes:
     if not isinstance(content, list):
         raise StreamError("not an Anthropic message: no content list")
     usage: dict[str, Any] = message["usage"] if isinstance(message.get("usage"), dict) else {}
-    start_usage = dict(usage)
+    start_usage = {key: value for key, value in usage.items() if key not in _ANTHROPIC_LATE_USAGE}
     if isinstance(usage.get("output_tokens"), int):
         # At stream start the API reports the output counted so far: the first token or so.
         start_usage["output_tokens"] = min(1, usage["output_tokens"])
@@ -798,9 +801,8 @@ def _responses_item(emit: Callable[..., None], index: int, item: dict[str, Any])
         for piece in _pieces(item["arguments"]):
             if piece:
                 emit("response.function_call_arguments.delta", **at, delta=piece)
-        emit(
-            "response.function_call_arguments.done", **at, name=item.get("name"), arguments=item["arguments"]
-        )
+        # The done event carries the arguments only (the openai SDK's event type has no name).
+        emit("response.function_call_arguments.done", **at, arguments=item["arguments"])
     elif kind == "reasoning" and isinstance(item.get("summary"), list):
         emit("response.output_item.added", output_index=index, item=_in_progress(item, summary=[]))
         for summary_index, part in enumerate(item["summary"]):
@@ -813,10 +815,18 @@ def _responses_item(emit: Callable[..., None], index: int, item: dict[str, Any])
                 emit("response.reasoning_summary_text.delta", **where, delta=piece)
             emit("response.reasoning_summary_text.done", **where, text=text)
             emit("response.reasoning_summary_part.done", **where, part=part)
+    elif kind == "web_search_call":
+        emit("response.output_item.added", output_index=index, item=_in_progress(item))
+        for stage in _WEB_SEARCH_STAGES:
+            emit(f"response.web_search_call.{stage}", **at)
     else:
-        # Tool calls of hosted tools and anything newer: announced and finished whole.
+        # Tool calls of other hosted tools and anything newer: announced and finished whole.
         emit("response.output_item.added", output_index=index, item=_in_progress(item))
     emit("response.output_item.done", output_index=index, item=item)
+
+
+# The events a web search call goes through between its item's added and done events.
+_WEB_SEARCH_STAGES = ("in_progress", "searching", "completed")
 
 
 def _responses_part(emit: Callable[..., None], where: dict[str, Any], part: Any) -> None:

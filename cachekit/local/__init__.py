@@ -24,16 +24,44 @@ from typing import Any
 
 from cachekit.local.backend import BackendStats, LocalBackend, Rules
 from cachekit.local.clock import ManualClock
-from cachekit.local.engine import Engine, Generation, Prompt, Tokenizer, ToolCall, ToolChoice, ToolSpec, Turn
-from cachekit.local.scripted import ByteTokenizer, ScriptedEngine
+from cachekit.local.engine import (
+    Block,
+    Citation,
+    Document,
+    Engine,
+    Generation,
+    Prompt,
+    RedactedThinking,
+    Refusal,
+    Text,
+    Thinking,
+    Tokenizer,
+    ToolCall,
+    ToolChoice,
+    ToolSpec,
+    Turn,
+    WebSearch,
+)
+from cachekit.local.scripted import (
+    REDACTED_THINKING_TRIGGER,
+    REFUSAL_TRIGGER,
+    ByteTokenizer,
+    Script,
+    ScriptedEngine,
+)
 from cachekit.local.server import LocalServer
 from cachekit.local.transport import LocalTransport
 from cachekit.local.wire import Billing, Reply
 
 __all__ = [
+    "REDACTED_THINKING_TRIGGER",
+    "REFUSAL_TRIGGER",
     "BackendStats",
     "Billing",
+    "Block",
     "ByteTokenizer",
+    "Citation",
+    "Document",
     "Engine",
     "Generation",
     "LocalBackend",
@@ -41,14 +69,20 @@ __all__ = [
     "LocalTransport",
     "ManualClock",
     "Prompt",
+    "RedactedThinking",
+    "Refusal",
     "Reply",
     "Rules",
+    "Script",
     "ScriptedEngine",
+    "Text",
+    "Thinking",
     "Tokenizer",
     "ToolCall",
     "ToolChoice",
     "ToolSpec",
     "Turn",
+    "WebSearch",
     "make_engine",
 ]
 

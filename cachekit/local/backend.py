@@ -37,7 +37,7 @@ from cachekit import _fork
 from cachekit._types import Ttl
 from cachekit.local.accounting import AnthropicCache, CacheRuleError, OpenAICache, Retention
 from cachekit.local.clock import Clock
-from cachekit.local.engine import Engine, ToolCall
+from cachekit.local.engine import Block, Engine, ToolCall
 from cachekit.local.parse import BadRequest, Parsed, parse
 from cachekit.local.wire import (
     BAD_JSON,
@@ -381,9 +381,11 @@ class _Nothing:
     """The empty generation of a token-count request."""
 
     tool_call: ToolCall | None = None
+    blocks: tuple[Block, ...] = ()
     finish_reason: Literal["end"] = "end"
     stop_sequence = None
     output_tokens = 0
+    reasoning_tokens = 0
 
     def __iter__(self) -> Iterator[str]:
         return iter(())

@@ -3,27 +3,41 @@
 The HTTP layer (:mod:`cachekit.local.backend`) parses each provider's request into one neutral
 :class:`Prompt`; an :class:`Engine` turns it into a :class:`Generation`. Engines know nothing about
 HTTP, SSE or the providers' JSON shapes, and the HTTP layer nothing about models.
+
+An answer is either text produced as it is generated (iterate the generation), a single
+:class:`ToolCall`, or a sequence of :data:`Block` values in the order the answer gives them: text
+with its :class:`Citation` list, tool calls, :class:`Thinking` (with its signature),
+:class:`RedactedThinking`, a :class:`Refusal`, a :class:`WebSearch`. :mod:`cachekit.local.wire`
+renders each block the way each provider's API carries it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
+    "Block",
+    "Citation",
+    "Document",
     "Engine",
     "Generation",
     "GenerationState",
     "Prompt",
+    "RedactedThinking",
+    "Refusal",
+    "Text",
+    "Thinking",
     "Tokenizer",
     "ToolCall",
     "ToolChoice",
     "ToolSpec",
     "Turn",
+    "WebSearch",
 ]
 
-FinishReason = Literal["end", "length", "stop_sequence", "tool_use"]
+FinishReason = Literal["end", "length", "stop_sequence", "tool_use", "refusal"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,92 @@ class ToolCall:
     name: str
     arguments: Mapping[str, Any]
     id: str = ""
+
+
+@dataclass(frozen=True)
+class Citation:
+    """Where a passage of an answer comes from.
+
+    ``kind`` says what is cited and how ``start`` / ``end`` count (end exclusive):
+
+    * ``char``: characters of a plain-text document (``index``: its document index);
+    * ``block``: content blocks of a custom-content document (``index``: its document index);
+    * ``page``: pages of a PDF document, from 1 (``index``: its document index);
+    * ``search_result``: content blocks of a search result (``index``: its search-result index,
+      ``url``: its source);
+    * ``web``: a page a web search found (``url``, ``title``).
+
+    Anthropic's Messages API carries every kind; OpenAI's APIs annotate web citations only.
+    """
+
+    cited_text: str
+    kind: Literal["char", "block", "page", "search_result", "web"]
+    index: int = 0
+    start: int = 0
+    end: int = 0
+    title: str | None = None
+    url: str = ""
+
+
+@dataclass(frozen=True)
+class Text:
+    """Answer text, with the citations that back it (the Messages API cites per text block)."""
+
+    text: str
+    citations: tuple[Citation, ...] = ()
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """The model's reasoning before it answers, and the opaque ``signature`` that vouches for it."""
+
+    thinking: str
+    signature: str
+
+
+@dataclass(frozen=True)
+class RedactedThinking:
+    """Reasoning the provider withheld: only its opaque, encrypted ``data`` is returned."""
+
+    data: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The model declines to answer; ``text`` says so."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class WebSearch:
+    """A web search the provider ran for the answer (a server tool): the query and the pages found,
+    as (url, title) pairs."""
+
+    query: str
+    results: tuple[tuple[str, str], ...] = ()
+    id: str = ""
+
+
+Block = Text | Thinking | RedactedThinking | Refusal | ToolCall | WebSearch
+"""One part of an answer."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """A source the request offers for citation (the Messages API's ``document`` and ``search_result``
+    blocks with citations enabled).
+
+    ``index`` is its document index, or for a search result its search-result index, as the API
+    counts them; ``parts`` holds its text (one part for a plain-text document, one per content block
+    otherwise); ``source`` is a search result's source.
+    """
+
+    index: int
+    kind: Literal["text", "content", "search_result"]
+    parts: tuple[str, ...]
+    title: str | None = None
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,17 +186,35 @@ class Prompt:
     stop: tuple[str, ...] = ()
     salt: bytes = b""
     digest: str = ""
+    reasoning: bool = False
+    """The request turns the model's reasoning on (Messages ``thinking``, Chat ``reasoning_effort``,
+    Responses ``reasoning``; an effort of ``none`` turns it off)."""
+    parallel_tool_calls: bool = True
+    """Several tool calls may share one answer (Messages ``disable_parallel_tool_use``, OpenAI
+    ``parallel_tool_calls``)."""
+    documents: tuple[Document, ...] = ()
+    """The sources the answer may cite."""
+    web_search: bool = False
+    """The request offers the provider's web-search tool."""
 
 
 class Generation(Protocol):
     """An answer being produced.
 
-    Either a tool call (``tool_call`` is set, iteration yields nothing) or text: iterating yields
-    the text in pieces as it is generated. ``finish_reason`` and ``output_tokens`` are final once
-    the iteration has ended.
+    ``blocks``, when not empty, is the whole answer, in order (engines that know it at once give it
+    so; iterating may still yield its text). Otherwise the answer is a tool call (``tool_call`` is
+    set, iteration yields nothing) or text: iterating yields the text in pieces as it is generated.
+    ``finish_reason``, ``output_tokens`` and ``reasoning_tokens`` are final once the iteration has
+    ended. Engines written before ``blocks`` and ``reasoning_tokens`` existed still work: a
+    generation without them is read as having none.
     """
 
     tool_call: ToolCall | None
+
+    @property
+    def blocks(self) -> Sequence[Block]:
+        """The whole answer when the engine gives it at once, else empty."""
+        ...
 
     def __iter__(self) -> Iterator[str]: ...
 
@@ -112,20 +230,28 @@ class Generation(Protocol):
 
     @property
     def output_tokens(self) -> int:
-        """How many tokens the answer took."""
+        """How many tokens the answer took (its reasoning included)."""
+        ...
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """How many of ``output_tokens`` went to reasoning."""
         ...
 
 
 class GenerationState:
     """The end state every :class:`Generation` reports, for engines to inherit.
 
-    Subclasses set ``_finish``, ``_stop_sequence`` and ``_output_tokens`` as they produce the answer.
+    Subclasses set ``_finish``, ``_stop_sequence``, ``_output_tokens`` and ``_reasoning_tokens`` as
+    they produce the answer (and ``blocks`` when they give the whole answer at once).
     """
 
     tool_call: ToolCall | None = None
+    blocks: Sequence[Block] = ()
     _finish: FinishReason | None = None
     _stop_sequence: str | None = None
     _output_tokens: int = 0
+    _reasoning_tokens: int = 0
 
     @property
     def finish_reason(self) -> FinishReason:
@@ -143,6 +269,11 @@ class GenerationState:
     def output_tokens(self) -> int:
         """Tokens generated so far (the final count once the answer has ended)."""
         return self._output_tokens
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """Tokens of reasoning generated so far (the final count once the answer has ended)."""
+        return self._reasoning_tokens
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ import orjson
 
 from cachekit._types import Section, Ttl
 from cachekit.local.accounting import Segment
-from cachekit.local.engine import Prompt, Tokenizer, ToolCall, ToolChoice, ToolSpec, Turn
+from cachekit.local.engine import Document, Prompt, Tokenizer, ToolCall, ToolChoice, ToolSpec, Turn
 from cachekit.local.wire import Endpoint
 from cachekit.providers.cache_rules import MARKER_FIELDS
 from cachekit.shape.blocks import block_text as _block_text
@@ -325,6 +325,91 @@ def _anthropic_turns(messages: list[Any], b: _Builder) -> None:
                 )
         if texts or calls:
             b.turns.append(Turn(role, "\n".join(texts), tuple(calls)))
+
+
+def _cites(block: dict[str, Any]) -> bool:
+    citations = block.get("citations")
+    return isinstance(citations, dict) and citations.get("enabled") is True
+
+
+def _texts(content: Any) -> tuple[str, ...]:
+    """The texts of a list of text blocks (a string is one)."""
+    if isinstance(content, str):
+        return (content,)
+    if not isinstance(content, list):
+        return ()
+    return tuple(
+        str(part["text"]) for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
+    )
+
+
+def _anthropic_documents(messages: list[Any]) -> tuple[Document, ...]:
+    """The sources an answer may cite: ``document`` blocks with citations enabled (plain text or
+    custom content: the scripted engine reads no PDF) and ``search_result`` blocks with citations
+    enabled, at the top of a message or in a tool result, numbered as the API numbers them (every
+    document counts towards ``document_index``, every search result towards ``search_result_index``)."""
+    found: list[Document] = []
+    counts = {"document": 0, "search_result": 0}
+
+    def visit(block: Any) -> None:
+        if not isinstance(block, dict):
+            return
+        kind = block.get("type")
+        if kind == "tool_result" and isinstance(block.get("content"), list):
+            for inner in block["content"]:
+                visit(inner)
+            return
+        if kind not in counts:
+            return
+        index = counts[kind]
+        counts[kind] += 1
+        title = block.get("title") if isinstance(block.get("title"), str) else None
+        if not _cites(block):
+            return
+        source = block.get("source")
+        if kind == "search_result":
+            origin = source if isinstance(source, str) else ""
+            found.append(Document(index, "search_result", _texts(block.get("content")), title, origin))
+            return
+        held = source if isinstance(source, dict) else {}
+        if held.get("type") == "text" and isinstance(held.get("data"), str):
+            found.append(Document(index, "text", (held["data"],), title))
+        elif held.get("type") == "content":
+            found.append(Document(index, "content", _texts(held.get("content")), title))
+
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            visit(block)
+    return tuple(found)
+
+
+def _tools_include(payload: dict[str, Any], prefix: str) -> bool:
+    """Whether the request offers a tool whose ``type`` starts with ``prefix`` (a server tool)."""
+    tools = payload.get("tools")
+    return isinstance(tools, list) and any(
+        isinstance(tool, dict) and str(tool.get("type") or "").startswith(prefix) for tool in tools
+    )
+
+
+def _reasoning(endpoint: Endpoint, payload: dict[str, Any]) -> bool:
+    """Whether the request turns the model's reasoning on."""
+    if endpoint in ("messages", "count_tokens"):
+        thinking = payload.get("thinking")
+        return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+    if endpoint == "chat":
+        effort = payload.get("reasoning_effort")
+        return isinstance(effort, str) and effort != "none"
+    reasoning = payload.get("reasoning")
+    return isinstance(reasoning, dict) and reasoning.get("effort") != "none"
+
+
+def _parallel(endpoint: Endpoint, payload: dict[str, Any]) -> bool:
+    """Whether one answer may make several tool calls."""
+    if endpoint in ("messages", "count_tokens"):
+        choice = payload.get("tool_choice")
+        return not (isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True)
+    return payload.get("parallel_tool_calls") is not False
 
 
 def _parse_messages(
@@ -733,6 +818,8 @@ def parse(endpoint: Endpoint, payload: dict[str, Any], tokenizer: Tokenizer, *, 
         choice, specs, schema = _parse_responses(payload, b)
         stop = ()
         context = cache_context(payload)
+    anthropic = endpoint in ("messages", "count_tokens")
+    messages = payload.get("messages")
     prompt = Prompt(
         model=model,
         turns=tuple(b.turns),
@@ -743,5 +830,10 @@ def parse(endpoint: Endpoint, payload: dict[str, Any], tokenizer: Tokenizer, *, 
         stop=stop,
         salt=salt,
         digest=digest(payload),
+        reasoning=_reasoning(endpoint, payload),
+        parallel_tool_calls=_parallel(endpoint, payload),
+        documents=_anthropic_documents(messages) if anthropic and isinstance(messages, list) else (),
+        web_search=_tools_include(payload, "web_search")
+        or (endpoint == "chat" and payload.get("web_search_options") is not None),
     )
     return Parsed(prompt, tuple(b.segments), tuple(b.tokens), automatic, context)

@@ -12,17 +12,29 @@ Streams are generators: text pieces are sent as the engine produces them, and th
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import secrets
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 
-from cachekit.local.engine import FinishReason, Generation, ToolCall
+from cachekit.local.engine import (
+    Block,
+    Citation,
+    FinishReason,
+    Generation,
+    RedactedThinking,
+    Refusal,
+    Text,
+    Thinking,
+    ToolCall,
+    WebSearch,
+)
 
 __all__ = [
     "Billing",
@@ -45,6 +57,7 @@ SSE = "text/event-stream; charset=utf-8"
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _ORGANIZATION_ID = "8c6f3a3e-5d7e-4b7a-9a0e-2f1d5c3b9e41"
 _JSON_PIECE = 16  # characters per streamed tool-argument delta
+_TEXT_PIECE = 12  # characters per streamed piece of a text the engine gave whole
 
 
 @dataclass(frozen=True)
@@ -300,33 +313,86 @@ def render(
 
 
 class _Answer:
-    """The generation being rendered, with the text collected as it streams."""
+    """The generation being rendered, as blocks (:data:`~cachekit.local.engine.Block`).
+
+    An engine that gives its answer as blocks is rendered block by block. Otherwise the answer is
+    one tool call, or one text block whose text streams as the engine generates it: :meth:`pieces`
+    passes it on and collects it (:meth:`text_of` is the text so far).
+    """
 
     def __init__(self, generation: Generation) -> None:
         self.generation = generation
-        self.tool_call: ToolCall | None = generation.tool_call
-        self.text = ""
+        # An engine written before blocks existed gives none (the Generation protocol).
+        self._blocks: tuple[Block, ...] = tuple(getattr(generation, "blocks", ()) or ())
+        self.generated = ""
+        self._ended = False  # a generated text has been read to its end (a generation runs once)
 
-    def pieces(self) -> Iterator[str]:
-        for piece in self.generation:
-            self.text += piece
-            yield piece
+    @property
+    def live(self) -> bool:
+        """The answer is text the engine generates as it is read."""
+        return not self._blocks and self.generation.tool_call is None
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        if self._blocks:
+            return self._blocks
+        if self.generation.tool_call is not None:
+            return (self.generation.tool_call,)
+        return (Text(self.generated),)
+
+    def pieces(self, block: Text | Thinking | Refusal) -> Iterator[str]:
+        """The pieces of a block's text to stream; a generated answer's as the engine produces them."""
+        if self.live and not self._ended:
+            for piece in self.generation:
+                self.generated += piece
+                yield piece
+            self._ended = True
+            return
+        yield from _pieces(self.generated if self.live else _block_text(block), _TEXT_PIECE)
+
+    def text_of(self, block: Text) -> str:
+        return self.generated if self.live else block.text
 
     def finish(self) -> None:
-        for _ in self.pieces():
-            pass
+        if self.live:
+            for _ in self.pieces(Text("")):
+                pass
 
     @property
     def finish_reason(self) -> FinishReason:
-        return "tool_use" if self.tool_call is not None else self.generation.finish_reason
+        return "tool_use" if self.generation.tool_call is not None else self.generation.finish_reason
 
     @property
     def output_tokens(self) -> int:
         return self.generation.output_tokens
 
     @property
-    def arguments(self) -> str:
-        return _dumps(dict(self.tool_call.arguments)) if self.tool_call is not None else ""
+    def reasoning_tokens(self) -> int:
+        return int(getattr(self.generation, "reasoning_tokens", 0))
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [block for block in self.blocks if isinstance(block, ToolCall)]
+
+    @property
+    def searches(self) -> int:
+        return sum(isinstance(block, WebSearch) for block in self.blocks)
+
+
+def _block_text(block: Text | Thinking | Refusal) -> str:
+    if isinstance(block, Thinking):
+        return block.thinking
+    return block.text
+
+
+def _arguments(call: ToolCall) -> str:
+    return _dumps(dict(call.arguments))
+
+
+def _opaque(*parts: str) -> str:
+    """A deterministic stand-in for the providers' encrypted fields (search results, indexes)."""
+    digest = hashlib.sha256("\x00".join(parts).encode()).digest()
+    return base64.b64encode(digest).decode()
 
 
 # -- Anthropic Messages -------------------------------------------------------------------------
@@ -336,11 +402,23 @@ _ANTHROPIC_STOP = {
     "length": "max_tokens",
     "stop_sequence": "stop_sequence",
     "tool_use": "tool_use",
+    "refusal": "refusal",
 }
+# The usage counters message_delta carries as the answer's totals.
+_ANTHROPIC_DELTA_USAGE = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "output_tokens",
+    "server_tool_use",
+    "output_tokens_details",
+)
 
 
-def _anthropic_usage(billing: Billing, output_tokens: int) -> dict[str, Any]:
-    return {
+def _anthropic_usage(
+    billing: Billing, output_tokens: int, *, reasoning_tokens: int = 0, searches: int = 0
+) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "input_tokens": billing.uncached,
         "cache_creation_input_tokens": billing.cache_write,
         "cache_read_input_tokens": billing.cache_read,
@@ -351,6 +429,17 @@ def _anthropic_usage(billing: Billing, output_tokens: int) -> dict[str, Any]:
         "output_tokens": output_tokens,
         "service_tier": "standard",
     }
+    if searches:
+        usage["server_tool_use"] = {"web_search_requests": searches, "web_fetch_requests": 0}
+    if reasoning_tokens:
+        usage["output_tokens_details"] = {"thinking_tokens": reasoning_tokens}
+    return usage
+
+
+def _anthropic_final_usage(billing: Billing, answer: _Answer) -> dict[str, Any]:
+    return _anthropic_usage(
+        billing, answer.output_tokens, reasoning_tokens=answer.reasoning_tokens, searches=answer.searches
+    )
 
 
 def _anthropic_head(payload: dict[str, Any], billing: Billing) -> dict[str, Any]:
@@ -367,23 +456,145 @@ def _anthropic_head(payload: dict[str, Any], billing: Billing) -> dict[str, Any]
     }
 
 
-def _anthropic_tool_block(call: ToolCall) -> dict[str, Any]:
-    return {"type": "tool_use", "id": call.id or "toolu_01" + _base62(22), "name": call.name, "input": {}}
+def _anthropic_citation(citation: Citation) -> dict[str, Any]:
+    """A citation as the Messages API writes it (``anthropic/types/text_citation.py``)."""
+    if citation.kind == "web":
+        return {
+            "type": "web_search_result_location",
+            "cited_text": citation.cited_text,
+            "url": citation.url,
+            "title": citation.title,
+            "encrypted_index": _opaque("index", citation.url, citation.cited_text),
+        }
+    if citation.kind == "search_result":
+        return {
+            "type": "search_result_location",
+            "cited_text": citation.cited_text,
+            "search_result_index": citation.index,
+            "source": citation.url,
+            "title": citation.title,
+            "start_block_index": citation.start,
+            "end_block_index": citation.end,
+        }
+    kind, start, end = {
+        "char": ("char_location", "start_char_index", "end_char_index"),
+        "block": ("content_block_location", "start_block_index", "end_block_index"),
+        "page": ("page_location", "start_page_number", "end_page_number"),
+    }[citation.kind]
+    return {
+        "type": kind,
+        "cited_text": citation.cited_text,
+        "document_index": citation.index,
+        "document_title": citation.title,
+        start: citation.start,
+        end: citation.end,
+        "file_id": None,
+    }
+
+
+def _anthropic_blocks(payload: dict[str, Any], answer: _Answer) -> list[tuple[Block, dict[str, Any]]]:
+    """Each content block of the answer (a web search is two), with the block it renders; a refusal
+    has none (the stop reason says it). Text is as generated so far."""
+    thinking = _mapping(payload.get("thinking"))
+    omitted = thinking.get("display") == "omitted"  # the thinking text is left out, its signature kept
+    out: list[tuple[Block, dict[str, Any]]] = []
+    for block in answer.blocks:
+        if isinstance(block, Text):
+            rendered: dict[str, Any] = {"type": "text", "text": answer.text_of(block)}
+            if block.citations:
+                rendered["citations"] = [_anthropic_citation(c) for c in block.citations]
+            out.append((block, rendered))
+        elif isinstance(block, Thinking):
+            text = "" if omitted else block.thinking
+            out.append((block, {"type": "thinking", "thinking": text, "signature": block.signature}))
+        elif isinstance(block, RedactedThinking):
+            out.append((block, {"type": "redacted_thinking", "data": block.data}))
+        elif isinstance(block, ToolCall):
+            call_id = block.id or "toolu_01" + _base62(22)
+            out.append(
+                (
+                    block,
+                    {"type": "tool_use", "id": call_id, "name": block.name, "input": dict(block.arguments)},
+                )
+            )
+        elif isinstance(block, WebSearch):
+            search_id = block.id or "srvtoolu_01" + _base62(22)
+            use = {
+                "type": "server_tool_use",
+                "id": search_id,
+                "name": "web_search",
+                "input": {"query": block.query},
+            }
+            results = [
+                {
+                    "type": "web_search_result",
+                    "url": url,
+                    "title": title,
+                    "encrypted_content": _opaque("page", url),
+                    "page_age": None,
+                }
+                for url, title in block.results
+            ]
+            out.append((block, use))
+            out.append(
+                (block, {"type": "web_search_tool_result", "tool_use_id": search_id, "content": results})
+            )
+    return out
+
+
+def _anthropic_stop(answer: _Answer) -> dict[str, Any]:
+    refused = answer.finish_reason == "refusal"
+    return {
+        "stop_reason": _ANTHROPIC_STOP[answer.finish_reason],
+        "stop_sequence": answer.generation.stop_sequence,
+        "stop_details": {"type": "refusal", "category": None, "explanation": None} if refused else None,
+    }
 
 
 def _anthropic_body(payload: dict[str, Any], answer: _Answer, billing: Billing, host: str) -> dict[str, Any]:
     del host
-    if answer.tool_call is not None:
-        block = {**_anthropic_tool_block(answer.tool_call), "input": dict(answer.tool_call.arguments)}
-    else:
-        block = {"type": "text", "text": answer.text}
     return {
         **_anthropic_head(payload, billing),
-        "content": [block],
-        "stop_reason": _ANTHROPIC_STOP[answer.finish_reason],
-        "stop_sequence": answer.generation.stop_sequence,
-        "usage": _anthropic_usage(billing, answer.output_tokens),
+        "content": [rendered for _, rendered in _anthropic_blocks(payload, answer)],
+        **_anthropic_stop(answer),
+        "usage": _anthropic_final_usage(billing, answer),
     }
+
+
+def _anthropic_deltas(answer: _Answer, block: Block, rendered: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The deltas that fill a content block opened empty (none for a block that opens whole)."""
+    kind = rendered["type"]
+    if kind == "text":
+        assert isinstance(block, Text)
+        for citation in rendered.get("citations") or ():
+            yield {"type": "citations_delta", "citation": citation}
+        for piece in answer.pieces(block):
+            yield {"type": "text_delta", "text": piece}
+    elif kind == "thinking":
+        assert isinstance(block, Thinking)
+        if rendered["thinking"]:
+            for piece in answer.pieces(block):
+                yield {"type": "thinking_delta", "thinking": piece}
+        yield {"type": "signature_delta", "signature": rendered["signature"]}
+    elif kind in ("tool_use", "server_tool_use"):
+        # The API opens the input with an empty piece.
+        for piece in ["", *_pieces(_dumps(rendered["input"]), _JSON_PIECE)]:
+            yield {"type": "input_json_delta", "partial_json": piece}
+
+
+def _anthropic_opening(rendered: dict[str, Any]) -> dict[str, Any]:
+    """A content block as content_block_start announces it: what streams in deltas left empty."""
+    kind = rendered["type"]
+    if kind == "text":
+        opening: dict[str, Any] = {"type": "text", "text": ""}
+        if "citations" in rendered:
+            opening["citations"] = []
+        return opening
+    if kind == "thinking":
+        return {"type": "thinking", "thinking": "", "signature": ""}
+    if kind in ("tool_use", "server_tool_use"):
+        return {**rendered, "input": {}}
+    return rendered  # redacted thinking, search results: whole at once
 
 
 def _anthropic_stream(
@@ -391,40 +602,35 @@ def _anthropic_stream(
 ) -> Iterator[bytes]:
     del host
     yield _sse({"type": "message_start", "message": _anthropic_head(payload, billing)}, "message_start")
-    if answer.tool_call is not None:
-        opening: dict[str, Any] = _anthropic_tool_block(answer.tool_call)
-        deltas: Iterable[dict[str, Any]] = (
-            {"type": "input_json_delta", "partial_json": piece}
-            for piece in ["", *_pieces(answer.arguments, _JSON_PIECE)]
-        )
-    else:
-        opening = {"type": "text", "text": ""}
-        deltas = ({"type": "text_delta", "text": piece} for piece in answer.pieces())
-    yield _sse({"type": "content_block_start", "index": 0, "content_block": opening}, "content_block_start")
-    yield _sse({"type": "ping"}, "ping")
-    for delta in deltas:
-        yield _sse({"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta")
-    yield _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
-    usage = _anthropic_usage(billing, answer.output_tokens)
-    delta_usage = {
-        key: usage[key]
-        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
-    }
-    stop = {
-        "stop_reason": _ANTHROPIC_STOP[answer.finish_reason],
-        "stop_sequence": answer.generation.stop_sequence,
-        "stop_details": None,
-    }
-    yield _sse({"type": "message_delta", "delta": stop, "usage": delta_usage}, "message_delta")
+    for index, (block, rendered) in enumerate(_anthropic_blocks(payload, answer)):
+        start = {"type": "content_block_start", "index": index, "content_block": _anthropic_opening(rendered)}
+        yield _sse(start, "content_block_start")
+        if index == 0:
+            yield _sse({"type": "ping"}, "ping")
+        for delta in _anthropic_deltas(answer, block, rendered):
+            yield _sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+        yield _sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+    usage = _anthropic_final_usage(billing, answer)
+    delta_usage = {key: usage[key] for key in _ANTHROPIC_DELTA_USAGE if key in usage}
+    yield _sse(
+        {"type": "message_delta", "delta": _anthropic_stop(answer), "usage": delta_usage}, "message_delta"
+    )
     yield _sse({"type": "message_stop"}, "message_stop")
 
 
 # -- OpenAI Chat Completions --------------------------------------------------------------------
 
-_CHAT_FINISH = {"end": "stop", "stop_sequence": "stop", "length": "length", "tool_use": "tool_calls"}
+_CHAT_FINISH = {
+    "end": "stop",
+    "stop_sequence": "stop",
+    "length": "length",
+    "tool_use": "tool_calls",
+    "refusal": "stop",
+}
 
 
-def _chat_usage(billing: Billing, output_tokens: int, host: str) -> dict[str, Any]:
+def _chat_usage(billing: Billing, answer: _Answer, host: str) -> dict[str, Any]:
+    output_tokens = answer.output_tokens
     details: dict[str, Any] = {"cached_tokens": billing.cache_read, "audio_tokens": 0}
     if billing.writes_as == "openai":
         # "OpenAI reports writes in cache_write_tokens and reads in cached_tokens" (prompt-caching guide).
@@ -444,7 +650,7 @@ def _chat_usage(billing: Billing, output_tokens: int, host: str) -> dict[str, An
         "total_tokens": billing.total + output_tokens,
         "prompt_tokens_details": details,
         "completion_tokens_details": {
-            "reasoning_tokens": 0,
+            "reasoning_tokens": answer.reasoning_tokens,
             "audio_tokens": 0,
             "accepted_prediction_tokens": 0,
             "rejected_prediction_tokens": 0,
@@ -471,30 +677,67 @@ def _chat_frame(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     return head, tail
 
 
-def _chat_call(answer: _Answer, call_id: str, arguments: str) -> dict[str, Any]:
-    assert answer.tool_call is not None
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": answer.tool_call.name, "arguments": arguments},
-    }
+def _chat_calls(answer: _Answer) -> list[dict[str, Any]]:
+    """The answer's tool calls with their ids (one id per call, for every chunk that names it)."""
+    return [
+        {
+            "id": call.id or "call_" + _base62(24),
+            "type": "function",
+            "function": {"name": call.name, "arguments": _arguments(call)},
+        }
+        for call in answer.calls
+    ]
+
+
+def _url_annotations(answer: _Answer) -> list[dict[str, Any]]:
+    """Web citations as OpenAI annotates text: each spans the cited text block within the joined text
+    (other citation kinds have no OpenAI form)."""
+    annotations: list[dict[str, Any]] = []
+    offset = 0
+    for block in answer.blocks:
+        if not isinstance(block, Text):
+            continue
+        end = offset + len(answer.text_of(block))
+        for citation in block.citations:
+            if citation.kind == "web":
+                annotations.append(
+                    {
+                        "start_index": offset,
+                        "end_index": end,
+                        "title": citation.title or "",
+                        "url": citation.url,
+                    }
+                )
+        offset = end
+    return annotations
+
+
+def _joined(answer: _Answer, kind: type[Text] | type[Refusal]) -> str | None:
+    """The text of every block of ``kind``, joined; ``None`` when the answer has none."""
+    blocks = [block for block in answer.blocks if isinstance(block, kind)]
+    if not blocks:
+        return None
+    return "".join(answer.text_of(b) if isinstance(b, Text) else b.text for b in blocks)
 
 
 def _chat_body(payload: dict[str, Any], answer: _Answer, billing: Billing, host: str) -> dict[str, Any]:
     head, tail = _chat_frame(payload)
-    message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None, "annotations": []}
-    if answer.tool_call is not None:
-        call_id = answer.tool_call.id or "call_" + _base62(24)
-        message["tool_calls"] = [_chat_call(answer, call_id, answer.arguments)]
-    else:
-        message["content"] = answer.text
+    annotations = [{"type": "url_citation", "url_citation": a} for a in _url_annotations(answer)]
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": _joined(answer, Text),
+        "refusal": _joined(answer, Refusal),
+        "annotations": annotations,
+    }
+    if answer.calls:
+        message["tool_calls"] = _chat_calls(answer)
     choice = {
         "index": 0,
         "message": message,
         "logprobs": None,
         "finish_reason": _CHAT_FINISH[answer.finish_reason],
     }
-    return {**head, "choices": [choice], "usage": _chat_usage(billing, answer.output_tokens, host), **tail}
+    return {**head, "choices": [choice], "usage": _chat_usage(billing, answer, host), **tail}
 
 
 def _chat_stream(payload: dict[str, Any], answer: _Answer, billing: Billing, host: str) -> Iterator[bytes]:
@@ -510,20 +753,37 @@ def _chat_stream(payload: dict[str, Any], answer: _Answer, billing: Billing, hos
             data["usage"] = None
         return _sse(data)
 
-    if answer.tool_call is not None:
-        call = {"index": 0, **_chat_call(answer, answer.tool_call.id or "call_" + _base62(24), "")}
-        yield chunk({"role": "assistant", "content": None, "tool_calls": [call], "refusal": None})
-        for piece in _pieces(answer.arguments, _JSON_PIECE):
-            yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
-    else:
-        yield chunk({"role": "assistant", "content": "", "refusal": None})
-        for piece in answer.pieces():
+    texts = [block for block in answer.blocks if isinstance(block, Text)]
+    first: dict[str, Any] = {"role": "assistant", "content": "" if texts else None, "refusal": None}
+    calls = _chat_calls(answer)
+    openings = [
+        {"index": i, **call, "function": {**call["function"], "arguments": ""}}
+        for i, call in enumerate(calls)
+    ]
+    opened = 0
+    if calls and not texts and not any(isinstance(block, Refusal) for block in answer.blocks):
+        # A tool-call answer names its first call in its first chunk, as the API does.
+        first["tool_calls"] = [openings[0]]
+        opened = 1
+    yield chunk(first)
+    for block in texts:
+        for piece in answer.pieces(block):
             yield chunk({"content": piece})
+    annotations = _url_annotations(answer)
+    if annotations:
+        # The API sends a cited answer's annotations in a delta of their own.
+        yield chunk({"annotations": [{"type": "url_citation", "url_citation": a} for a in annotations]})
+    for refusal in [block for block in answer.blocks if isinstance(block, Refusal)]:
+        for piece in answer.pieces(refusal):
+            yield chunk({"refusal": piece})
+    for i, call in enumerate(calls):
+        if i >= opened:
+            yield chunk({"tool_calls": [openings[i]]})
+        for piece in _pieces(call["function"]["arguments"], _JSON_PIECE):
+            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
     yield chunk({}, _CHAT_FINISH[answer.finish_reason])
     if include_usage:
-        yield _sse(
-            {**chunk_head, **tail, "choices": [], "usage": _chat_usage(billing, answer.output_tokens, host)}
-        )
+        yield _sse({**chunk_head, **tail, "choices": [], "usage": _chat_usage(billing, answer, host)})
     yield b"data: [DONE]\n\n"
 
 
@@ -548,7 +808,8 @@ def _echo_tools(payload: dict[str, Any]) -> list[Any]:
     return echoed
 
 
-def _responses_usage(billing: Billing, output_tokens: int) -> dict[str, Any]:
+def _responses_usage(billing: Billing, answer: _Answer) -> dict[str, Any]:
+    output_tokens = answer.output_tokens
     details: dict[str, Any] = {"cached_tokens": billing.cache_read, "cache_write_tokens": billing.cache_write}
     if billing.writes_as == "openai":
         # The openai SDK's ResponseUsage splits GPT-5.6 writes by lifetime.
@@ -560,24 +821,9 @@ def _responses_usage(billing: Billing, output_tokens: int) -> dict[str, Any]:
         "input_tokens": billing.total,
         "input_tokens_details": details,
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": answer.reasoning_tokens},
         "total_tokens": billing.total + output_tokens,
     }
-
-
-def _responses_item(answer: _Answer, item_id: str, call_id: str) -> dict[str, Any]:
-    if answer.tool_call is not None:
-        return {
-            "id": item_id,
-            "type": "function_call",
-            "status": "completed",
-            "arguments": answer.arguments,
-            "call_id": call_id,
-            "name": answer.tool_call.name,
-        }
-    part = {"type": "output_text", "annotations": [], "logprobs": [], "text": answer.text}
-    status = "incomplete" if answer.finish_reason == "length" else "completed"
-    return {"id": item_id, "type": "message", "status": status, "content": [part], "role": "assistant"}
 
 
 def _responses_frame(payload: dict[str, Any], response_id: str, created: int) -> dict[str, Any]:
@@ -620,32 +866,198 @@ def _responses_frame(payload: dict[str, Any], response_id: str, created: int) ->
 
 
 def _responses_final(
-    frame: dict[str, Any], item: dict[str, Any], answer: _Answer, billing: Billing
+    frame: dict[str, Any], output: list[dict[str, Any]], answer: _Answer, billing: Billing
 ) -> dict[str, Any]:
     truncated = answer.finish_reason == "length"
     response = {
         **frame,
         "status": "incomplete" if truncated else "completed",
         "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
-        "output": [item],
-        "usage": _responses_usage(billing, answer.output_tokens),
+        "output": output,
+        "usage": _responses_usage(billing, answer),
     }
     if not truncated:
         response["completed_at"] = frame["created_at"]
     return response
 
 
-def _responses_ids(answer: _Answer) -> tuple[str, str]:
-    if answer.tool_call is not None:
-        return "fc_" + secrets.token_hex(24), answer.tool_call.id or "call_" + _base62(24)
-    return "msg_" + secrets.token_hex(24), ""
+def _responses_groups(answer: _Answer) -> list[list[Block]]:
+    """The answer's blocks as output items: text and refusals next to each other share a message."""
+    groups: list[list[Block]] = []
+    for block in answer.blocks:
+        message = isinstance(block, (Text, Refusal))
+        if message and groups and isinstance(groups[-1][0], (Text, Refusal)):
+            groups[-1].append(block)
+        else:
+            groups.append([block])
+    return groups
+
+
+def _included(payload: dict[str, Any], what: str) -> bool:
+    include = payload.get("include")
+    return isinstance(include, list) and what in include
+
+
+class _ResponsesItems:
+    """Renders each output item of a Responses answer, as a whole (bodies) or as the API streams it.
+
+    ``emit(kind, **fields)`` returns one SSE event; :meth:`stream` yields an item's events and leaves
+    the finished item in :attr:`output`.
+    """
+
+    def __init__(self, payload: dict[str, Any], answer: _Answer) -> None:
+        self.payload = payload
+        self.answer = answer
+        self.output: list[dict[str, Any]] = []
+
+    def stream(self, group: list[Block], emit: Callable[..., bytes]) -> Iterator[bytes]:
+        index = len(self.output)
+        first = group[0]
+        if isinstance(first, (Text, Refusal)):
+            yield from self._message(group, index, emit)
+            return
+        if isinstance(first, (Thinking, RedactedThinking)):
+            item = self._reasoning(first)
+            yield emit("response.output_item.added", output_index=index, item={**item, "summary": []})
+            where = {"item_id": item["id"], "output_index": index}
+            for summary_index, part in enumerate(item["summary"]):
+                at = {**where, "summary_index": summary_index}
+                yield emit("response.reasoning_summary_part.added", **at, part={**part, "text": ""})
+                assert isinstance(first, Thinking)
+                for piece in self.answer.pieces(first):
+                    yield emit("response.reasoning_summary_text.delta", **at, delta=piece)
+                yield emit("response.reasoning_summary_text.done", **at, text=part["text"])
+                yield emit("response.reasoning_summary_part.done", **at, part=part)
+        elif isinstance(first, ToolCall):
+            item = {
+                "id": "fc_" + secrets.token_hex(24),
+                "type": "function_call",
+                "status": "completed",
+                "arguments": _arguments(first),
+                "call_id": first.id or "call_" + _base62(24),
+                "name": first.name,
+            }
+            added = {**item, "status": "in_progress", "arguments": ""}
+            yield emit("response.output_item.added", output_index=index, item=added)
+            where = {"item_id": item["id"], "output_index": index}
+            for piece in _pieces(item["arguments"], _JSON_PIECE):
+                yield emit("response.function_call_arguments.delta", **where, delta=piece)
+            yield emit(
+                "response.function_call_arguments.done",
+                **where,
+                arguments=item["arguments"],
+            )
+        else:
+            assert isinstance(first, WebSearch)
+            item = self._search(first)
+            yield emit(
+                "response.output_item.added", output_index=index, item={**item, "status": "in_progress"}
+            )
+            where = {"item_id": item["id"], "output_index": index}
+            for stage in ("in_progress", "searching", "completed"):
+                yield emit(f"response.web_search_call.{stage}", **where)
+        self.output.append(item)
+        yield emit("response.output_item.done", output_index=index, item=item)
+
+    def _reasoning(self, block: Thinking | RedactedThinking) -> dict[str, Any]:
+        """A reasoning item: its summary only when the request asks for one, its encrypted content
+        only when ``include`` names it."""
+        summary = _mapping(self.payload.get("reasoning")).get("summary")
+        item: dict[str, Any] = {"id": "rs_" + secrets.token_hex(24), "type": "reasoning", "summary": []}
+        if isinstance(block, Thinking) and summary in ("auto", "concise", "detailed"):
+            item["summary"] = [{"type": "summary_text", "text": block.thinking}]
+        if _included(self.payload, "reasoning.encrypted_content"):
+            item["encrypted_content"] = block.signature if isinstance(block, Thinking) else block.data
+        return item
+
+    def _search(self, block: WebSearch) -> dict[str, Any]:
+        action: dict[str, Any] = {"type": "search", "query": block.query}
+        if _included(self.payload, "web_search_call.action.sources"):
+            action["sources"] = [{"type": "url", "url": url} for url, _ in block.results]
+        return {
+            "id": "ws_" + secrets.token_hex(24),
+            "type": "web_search_call",
+            "status": "completed",
+            "action": action,
+        }
+
+    def _message(self, group: list[Block], index: int, emit: Callable[..., bytes]) -> Iterator[bytes]:
+        item_id = "msg_" + secrets.token_hex(24)
+        opening = {
+            "id": item_id,
+            "type": "message",
+            "status": "in_progress",
+            "content": [],
+            "role": "assistant",
+        }
+        yield emit("response.output_item.added", output_index=index, item=opening)
+        parts: list[dict[str, Any]] = []
+        texts = [block for block in group if isinstance(block, Text)]
+        where = {"item_id": item_id, "output_index": index}
+        if texts:
+            at = {**where, "content_index": len(parts)}
+            empty = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
+            yield emit("response.content_part.added", **at, part=empty)
+            for block in texts:
+                for piece in self.answer.pieces(block):
+                    yield emit("response.output_text.delta", **at, delta=piece, logprobs=[])
+            text = "".join(self.answer.text_of(block) for block in texts)
+            annotations = self._annotations(texts)
+            for n, annotation in enumerate(annotations):
+                yield emit(
+                    "response.output_text.annotation.added", **at, annotation_index=n, annotation=annotation
+                )
+            part = {"type": "output_text", "annotations": annotations, "logprobs": [], "text": text}
+            yield emit("response.output_text.done", **at, text=text, logprobs=[])
+            yield emit("response.content_part.done", **at, part=part)
+            parts.append(part)
+        for refusal in [block for block in group if isinstance(block, Refusal)]:
+            at = {**where, "content_index": len(parts)}
+            yield emit("response.content_part.added", **at, part={"type": "refusal", "refusal": ""})
+            for piece in self.answer.pieces(refusal):
+                yield emit("response.refusal.delta", **at, delta=piece)
+            yield emit("response.refusal.done", **at, refusal=refusal.text)
+            part = {"type": "refusal", "refusal": refusal.text}
+            yield emit("response.content_part.done", **at, part=part)
+            parts.append(part)
+        status = "incomplete" if self.answer.finish_reason == "length" else "completed"
+        item = {**opening, "status": status, "content": parts}
+        self.output.append(item)
+        yield emit("response.output_item.done", output_index=index, item=item)
+
+    def _annotations(self, texts: list[Text]) -> list[dict[str, Any]]:
+        annotations: list[dict[str, Any]] = []
+        offset = 0
+        for block in texts:
+            end = offset + len(self.answer.text_of(block))
+            annotations.extend(
+                {
+                    "type": "url_citation",
+                    "start_index": offset,
+                    "end_index": end,
+                    "title": c.title or "",
+                    "url": c.url,
+                }
+                for c in block.citations
+                if c.kind == "web"
+            )
+            offset = end
+        return annotations
+
+
+def _no_event(kind: str, **fields: Any) -> bytes:
+    del kind, fields
+    return b""
 
 
 def _responses_body(payload: dict[str, Any], answer: _Answer, billing: Billing, host: str) -> dict[str, Any]:
     del host
     frame = _responses_frame(payload, "resp_" + secrets.token_hex(24), int(time.time()))
-    item_id, call_id = _responses_ids(answer)
-    return _responses_final(frame, _responses_item(answer, item_id, call_id), answer, billing)
+    items = _ResponsesItems(payload, answer)
+    for group in _responses_groups(answer):
+        for _ in items.stream(group, _no_event):  # the same items the stream finishes, unsent
+            pass
+    return _responses_final(frame, items.output, answer, billing)
 
 
 def _responses_stream(
@@ -663,38 +1075,10 @@ def _responses_stream(
 
     yield event("response.created", response=frame)
     yield event("response.in_progress", response=frame)
-    item_id, call_id = _responses_ids(answer)
-    where = {"item_id": item_id, "output_index": 0}
-    if answer.tool_call is not None:
-        item = _responses_item(answer, item_id, call_id)
-        yield event(
-            "response.output_item.added",
-            output_index=0,
-            item={**item, "status": "in_progress", "arguments": ""},
-        )
-        for piece in _pieces(item["arguments"], _JSON_PIECE):
-            yield event("response.function_call_arguments.delta", **where, delta=piece)
-        yield event(
-            "response.function_call_arguments.done", **where, name=item["name"], arguments=item["arguments"]
-        )
-    else:
-        opening = {
-            "id": item_id,
-            "type": "message",
-            "status": "in_progress",
-            "content": [],
-            "role": "assistant",
-        }
-        yield event("response.output_item.added", output_index=0, item=opening)
-        empty = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
-        yield event("response.content_part.added", **where, content_index=0, part=empty)
-        for piece in answer.pieces():
-            yield event("response.output_text.delta", **where, content_index=0, delta=piece, logprobs=[])
-        item = _responses_item(answer, item_id, call_id)
-        yield event("response.output_text.done", **where, content_index=0, text=answer.text, logprobs=[])
-        yield event("response.content_part.done", **where, content_index=0, part=item["content"][0])
-    yield event("response.output_item.done", output_index=0, item=item)
-    final = _responses_final(frame, item, answer, billing)
+    items = _ResponsesItems(payload, answer)
+    for group in _responses_groups(answer):
+        yield from items.stream(group, event)
+    final = _responses_final(frame, items.output, answer, billing)
     yield event(
         "response.incomplete" if final["status"] == "incomplete" else "response.completed", response=final
     )
