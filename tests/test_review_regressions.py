@@ -110,7 +110,18 @@ def test_a_stream_dropped_unread_does_not_hold_its_flight(monkeypatch: pytest.Mo
     client.close()
 
 
-def test_a_leader_cancelled_while_looking_up_lands_its_flight() -> None:
+def test_a_leader_cancelled_while_looking_up_lands_its_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Any wait for a flight is recorded and refused at once ("own": the caller goes upstream), so a
+    # flight the cancelled leader left behind shows up as a wait, not as a pause of coalesce_timeout
+    # that ends in the same upstream call (which is how this test passed without the fix).
+    waits: list[Flight] = []
+
+    async def refused_wait(flight: Flight, timeout: float) -> WaitResult:
+        waits.append(flight)
+        return "own"
+
+    monkeypatch.setattr(Flight, "wait_async", refused_wait)
+
     class HeldStore(MemoryStore):
         """Holds the second lookup (the leader's look again after joining its flight) until cancelled."""
 
@@ -139,7 +150,7 @@ def test_a_leader_cancelled_while_looking_up_lands_its_flight() -> None:
 
     async def main() -> cachekit.Cache:
         store = HeldStore()
-        cache = cachekit.Cache(cachekit.CacheConfig(store=store, ledger=False, coalesce_timeout=5))
+        cache = cachekit.Cache(cachekit.CacheConfig(store=store, ledger=False))
         transport = cachekit.AsyncCachingTransport(upstream, cache=cache)
         async with httpx2.AsyncClient(transport=transport) as client:
 
@@ -155,7 +166,8 @@ def test_a_leader_cancelled_while_looking_up_lands_its_flight() -> None:
         return cache
 
     cache = asyncio.run(main())
-    assert cache.stats.coalesced == 0  # the next request did not wait for the cancelled leader
+    assert waits == []  # the next request found no flight of the cancelled leader to wait for
+    assert cache.stats.coalesced == 0
     assert upstream.calls == 1
 
 
