@@ -338,6 +338,27 @@ def test_a_callers_mode_and_markers_are_kept() -> None:
     assert applied.body["prompt_cache_options"] == {"mode": "explicit"}
 
 
+def test_an_implicit_breakpoint_on_a_callers_marked_block_still_takes_a_write() -> None:
+    # API reference: "With implicit, OpenAI creates one implicit breakpoint and writes up to the latest
+    # three explicit breakpoints in the request." The implicit one ends on the newest user message,
+    # which carries the caller's third marker: there is no room for a fourth explicit one (found by
+    # test_planned_chat_bodies_are_accepted; the planner counted the two as one write).
+    def turns(marked: int) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": [{"type": "text", "text": STABLE}]}]
+        for i in range(3):
+            part: dict[str, Any] = {"type": "text", "text": f"Question {i}? " + STABLE}
+            if i >= 3 - marked:
+                part["prompt_cache_breakpoint"] = BREAKPOINT
+            messages += [{"role": "user", "content": [part]}, {"role": "assistant", "content": "Noted."}]
+        return messages[:-1]
+
+    for marked, system_marked in ((3, False), (2, True)):
+        body = {"model": MODEL, "messages": turns(marked)}
+        planned = _planner().apply("openai", "openai_chat", body, now=0.0).body
+        assert "prompt_cache_options" not in planned  # implicit mode
+        assert ("messages.0.content.0" in _markers(planned, "openai_chat")) is system_marked
+
+
 # The property: for every new dialect, the planned body is one the API accepts.
 
 # Texts of every length (tests/sdk_shapes.py: short ones in any script, thousands of tokens), and the

@@ -187,6 +187,16 @@ class _Census:
     nested: tuple[tuple[int, str, Ttl], ...]
     target: int | None
     automatic: Ttl | None
+    separate: bool = False
+    """The automatic breakpoint is written apart from a caller's marker on its block (OpenAI's implicit
+    one: "one implicit breakpoint and ... up to the latest three explicit breakpoints")."""
+
+    def writes(self) -> int:
+        """The breakpoints the request holds before any is added, each taking one of the limit."""
+        extra = self.automatic is not None and (
+            self.target is None or (self.separate and self.target in self.marked)
+        )
+        return len(self.fixed()) + (1 if extra else 0)
 
     def taken(self) -> dict[int, Ttl]:
         """Blocks that carry a marker: the caller's and the automatic one's target."""
@@ -247,8 +257,8 @@ def _census(
                 f"({marked[target]} vs {automatic})"
             )
         named.append("(top level)")
-    census = _Census(marked, tuple(nested), target, automatic)
-    count = len(census.taken()) + len(nested) + (1 if automatic is not None and target is None else 0)
+    census = _Census(marked, tuple(nested), target, automatic, separate=implicit is not None)
+    count = census.writes()
     limit = rules.max_breakpoints or 0
     # Where the provider writes only the latest breakpoints (OpenAI), more is no error; none are added.
     if count > limit and rules.over_limit == "error":
@@ -443,11 +453,7 @@ def plan_breakpoints(
         raise ValueError(f"{len(tokens)} token counts for {len(blocks)} blocks")
     census = _census(body, blocks, rules, implicit)
     taken = census.taken()
-    budget = (
-        (rules.max_breakpoints or 0)
-        - len(census.fixed())
-        - (1 if census.automatic is not None and census.target is None else 0)
-    )
+    budget = (rules.max_breakpoints or 0) - census.writes()
     prefix = list(itertools.accumulate(tokens))
     positions = lookback_positions(
         (b.kind for b in blocks), tool_runs_one_position=rules.tool_runs_one_position
