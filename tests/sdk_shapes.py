@@ -15,7 +15,9 @@ so a new SDK release with a new nesting is tested the day it is installed:
   a ``cache_control`` key inside them is the caller's data, not a marker;
 * :func:`markers` lists a request body's markers in prefix order, counted here, independently of
   cachekit's own walk; :func:`slots` finds the empty slots of generated blocks and :func:`put`
-  fills one.
+  fills one;
+* :func:`texts` is the strategy for every string of a generated block: empty, short in any script
+  (emoji, control characters, right-to-left), and long (thousands of tokens).
 
 Types come from the beta params, a superset of the stable ones (the stable set is checked too).
 """
@@ -231,6 +233,21 @@ def _join(path: str, inner: str) -> str:
 # -- generated blocks with marker slots ---------------------------------------------------------
 
 
+def _repeated(piece: str, times: int) -> str:
+    return " ".join([piece] * times)
+
+
+def texts(*, empty: bool = False) -> st.SearchStrategy[str]:
+    """Texts of every length a prompt holds: short ones of any Unicode characters a JSON string can
+    carry (no lone surrogates), the fixed sample texts, and, one time in five, a long one: a drawn
+    piece repeated into thousands of tokens (cheap to draw: the length is what matters to a
+    breakpoint). ``empty``: the empty text too (the API refuses an empty text block, so a body that
+    holds one is invalid)."""
+    short = st.one_of(st.text(min_size=0 if empty else 1, max_size=30), st.sampled_from(_TEXTS))
+    long = st.builds(_repeated, st.text(min_size=1, max_size=20), st.integers(200, 1000))
+    return st.sampled_from([long, short, short, short, short]).flatmap(lambda kind: kind)
+
+
 def _strategy(hint: Any) -> st.SearchStrategy[Any]:
     members = _members(hint)
     return st.one_of([_member_strategy(member) for member in members])
@@ -247,7 +264,7 @@ def _member_strategy(member: Any) -> st.SearchStrategy[Any]:
     if _is_typed_dict(member):
         return _typed_dict(member)
     if member is str:
-        return st.sampled_from(_TEXTS)
+        return texts()
     if member is bool:
         return st.booleans()
     if member in (int, float):

@@ -9,6 +9,7 @@ OpenAI's API reference: https://developers.openai.com/api/reference (prompt_cach
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ import httpx2
 import openai
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from cachekit.cost.prices import PriceTable
@@ -27,6 +28,8 @@ from cachekit.replay import read_traces, replay
 from cachekit.shape.blocks import prompt_blocks
 from cachekit.shape.planner import Planner
 from cachekit.shape.tokens import encoding
+from tests import sdk_shapes
+from tests.fuzzing import fuzz
 
 GUIDE = "https://developers.openai.com/api/docs/guides/prompt-caching"
 REFERENCE = "https://developers.openai.com/api/reference"
@@ -335,9 +338,33 @@ def test_a_callers_mode_and_markers_are_kept() -> None:
     assert applied.body["prompt_cache_options"] == {"mode": "explicit"}
 
 
+def test_an_implicit_breakpoint_on_a_callers_marked_block_still_takes_a_write() -> None:
+    # API reference: "With implicit, OpenAI creates one implicit breakpoint and writes up to the latest
+    # three explicit breakpoints in the request." The implicit one ends on the newest user message,
+    # which carries the caller's third marker: there is no room for a fourth explicit one (found by
+    # test_planned_chat_bodies_are_accepted; the planner counted the two as one write).
+    def turns(marked: int) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": [{"type": "text", "text": STABLE}]}]
+        for i in range(3):
+            part: dict[str, Any] = {"type": "text", "text": f"Question {i}? " + STABLE}
+            if i >= 3 - marked:
+                part["prompt_cache_breakpoint"] = BREAKPOINT
+            messages += [{"role": "user", "content": [part]}, {"role": "assistant", "content": "Noted."}]
+        return messages[:-1]
+
+    for marked, system_marked in ((3, False), (2, True)):
+        body = {"model": MODEL, "messages": turns(marked)}
+        planned = _planner().apply("openai", "openai_chat", body, now=0.0).body
+        assert "prompt_cache_options" not in planned  # implicit mode
+        assert ("messages.0.content.0" in _markers(planned, "openai_chat")) is system_marked
+
+
 # The property: for every new dialect, the planned body is one the API accepts.
 
-_TEXT = st.sampled_from(["Hello", "Find booking 7", "Done.", STABLE, "ok " * 400])
+# Texts of every length (tests/sdk_shapes.py: short ones in any script, thousands of tokens), and the
+# stable prompt, which clearly exceeds the minimum.
+_TEXT = st.one_of(sdk_shapes.texts(), st.just(STABLE))
+_O200K = encoding("o200k_base")
 
 
 @st.composite
@@ -410,15 +437,58 @@ def _check_accepted(dialect: str, body: dict[str, Any]) -> None:
     implicit = planned.get("prompt_cache_options", {}).get("mode", "implicit") == "implicit"
     added = set(after) - set(before)
     assert len(before) + len(added) <= 4 - implicit or not added  # never pushed over the write limit
+    _check_what_is_placed(dialect, body, planned, implicit)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _check_what_is_placed(
+    dialect: str, body: dict[str, Any], planned: dict[str, Any], implicit: bool
+) -> None:
+    """What the documented rules require, from the rules data and the blocks alone (a planner that
+    places nothing fails here). Prefixes are counted with o200k, the planner's own estimate only
+    approximately, so only prefixes clearly above (1.5x) or below (half) the minimum are judged.
+
+    While writes are left, the end of the system prompt (stable across conversations) carries a
+    breakpoint, and so does the conversation's end when the caller chose explicit mode (no implicit
+    breakpoint writes it); no breakpoint is added where the prefix is clearly below the minimum (it
+    would write nothing)."""
+    rules = cache_rules("openai", MODEL)
+    blocks = rebind(dialect, body, prompt_blocks(dialect, body), rules)
+    marked = {
+        i for i, b in enumerate(rebind(dialect, planned, prompt_blocks(dialect, planned), rules)) if b.marker
+    }
+    caller = {i for i, b in enumerate(blocks) if b.marker}
+    prefix = list(itertools.accumulate(_O200K.count(b.text) for b in blocks))
+    minimum = rules.min_cacheable_tokens
+    assert all(prefix[i] > minimum / 2 for i in marked - caller)
+    if len(marked) + implicit >= (rules.max_breakpoints or 0):
+        return
+    ends = {}
+    system = [i for i, b in enumerate(blocks) if b.section == "system" and b.eligible]
+    if system:
+        ends["system"] = system[-1]
+    if body.get("prompt_cache_options", {}).get("mode") == "explicit":
+        last = max((b.message for b in blocks if b.message is not None), default=None)
+        prefill = blocks and blocks[-1].section == "messages" and _role(body, dialect, last) == "assistant"
+        conversation = [i for i, b in enumerate(blocks) if b.eligible and not (prefill and b.message == last)]
+        if conversation:
+            ends["conversation"] = conversation[-1]
+    for reason, end in ends.items():
+        if prefix[end] >= 1.5 * minimum:
+            assert end in marked, (reason, blocks[end].where)
+
+
+def _role(body: dict[str, Any], dialect: str, message: int | None) -> str | None:
+    items = body["messages" if dialect == "openai_chat" else "input"]
+    return None if message is None else items[message].get("role")
+
+
+@fuzz(60)
 @given(_chat_body())
 def test_planned_chat_bodies_are_accepted(body: dict[str, Any]) -> None:
     _check_accepted("openai_chat", body)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@fuzz(60)
 @given(_responses_body())
 def test_planned_responses_bodies_are_accepted(body: dict[str, Any]) -> None:
     _check_accepted("openai_responses", body)

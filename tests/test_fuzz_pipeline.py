@@ -37,13 +37,14 @@ from typing import Any
 import httpx2
 import orjson
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 import cachekit
 from cachekit.exact import sse
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
+from tests.fuzzing import fuzz
 
 # -- the system under test: a recording store and a recording upstream ---------------------------
 
@@ -708,13 +709,7 @@ def run_async(case: Case) -> None:
     asyncio.run(main())
 
 
-FUZZ = settings(
-    max_examples=300,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+FUZZ = fuzz(300)
 
 
 @FUZZ
@@ -732,7 +727,7 @@ def test_fuzz_async_pipeline(case: Case) -> None:
 # -- targeted properties --------------------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None, database=None, derandomize=True)
+@fuzz(60)
 @given(
     endpoint=st.sampled_from(sorted(ENDPOINTS)),
     status=st.sampled_from([s for s in STATUSES if s >= 300]),
@@ -766,7 +761,7 @@ def test_valid_request_with_error_answer_is_never_stored(
         assert world.upstream.fake.calls == 2
 
 
-@settings(max_examples=60, deadline=None, database=None, derandomize=True)
+@fuzz(60)
 @given(
     endpoint=st.sampled_from(sorted(ENDPOINTS)),
     first_streams=st.booleans(),
@@ -806,7 +801,7 @@ def test_one_entry_serves_both_forms(endpoint: str, first_streams: bool, script:
         assert outcome.headers["content-type"].startswith(media)
 
 
-@settings(max_examples=40, deadline=None, database=None, derandomize=True)
+@fuzz(40)
 @given(
     method=st.sampled_from(["GET", "PUT", "DELETE", "POST"]),
     path=st.sampled_from(["/v1/models", "/v1/embeddings", "/v1/messages/batches", "/v1/files"]),

@@ -2,12 +2,15 @@
 measured by the local backend's billing through the real SDKs.
 
 The property tests call the pure planner on generated conversations whose blocks include every kind
-and nesting the anthropic SDK's types allow (tests/sdk_shapes.py), with the caller's markers on
-blocks and nested at any depth; independent checks are a marker count of the test's own and the
-local backend's parser and Anthropic billing, which refuse what the API refuses (more than 4
-markers, a marker on a thinking block, 1h after 5m). The savings tests run the drop-in clients
-against the backend, which bills each request by Anthropic's (or Bailian's) rules, and compare with
-markers placed by hand.
+and nesting the anthropic SDK's types allow (tests/sdk_shapes.py), with texts of every length (empty,
+any script, thousands of tokens), with the caller's markers on blocks and nested at any depth;
+independent checks are a marker count of the test's own and the local backend's parser and Anthropic
+billing, which refuse what the API refuses (more than 4 markers, a marker on a thinking block, 1h
+after 5m). What the planner must place is derived from the documented rules
+(cachekit/providers/cache_rules.json: the model's minimum, 4 breakpoints, the 20-position lookback
+with runs of tool blocks as one position), not from the planner's output: a planner that places
+nothing fails them. The savings tests run the drop-in clients against the backend, which bills each
+request by Anthropic's (or Bailian's) rules, and compare with markers placed by hand.
 """
 
 from __future__ import annotations
@@ -19,20 +22,22 @@ from typing import Any
 import httpx2
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import cachekit
 from cachekit.cache import Cache
 from cachekit.local import LocalBackend, LocalTransport, ManualClock, ScriptedEngine
 from cachekit.local.accounting import AnthropicCache
-from cachekit.local.parse import parse
+from cachekit.local.parse import BadRequest, parse
 from cachekit.local.scripted import ByteTokenizer
 from cachekit.providers.cache_rules import cache_rules
 from cachekit.shape.blocks import prompt_blocks
 from cachekit.shape.planner import PlanError, Planner, Recall, add_marker, plan_breakpoints
 from cachekit.shape.tokens import encoding
+from cachekit.testing import FakeUpstream
 from tests import sdk_shapes
+from tests.fuzzing import fuzz
 
 MODEL = "claude-sonnet-4-5"
 RULES = cache_rules("anthropic", MODEL)
@@ -53,32 +58,43 @@ TOOLS = [
 # -- generated conversations -------------------------------------------------------------------
 
 
-def _text(draw: Any) -> str:
-    return draw(st.sampled_from(["Hello", "Find booking 7", "Done.", "Checking", "ok"]))
+def _text(draw: Any, empty: bool = False) -> str:
+    return draw(sdk_shapes.texts(empty=empty))
 
 
 # Blocks of every kind the anthropic SDK's types allow, at every nesting they allow (a document's
 # content source, a search result in a tool result, a document in a web fetch result, ...), each
 # dict that may carry a marker with an empty slot for one.
 _SDK_CONTENT = sdk_shapes.blocks(sdk_shapes.content_types())
+_SDK_SYSTEM = sdk_shapes.blocks(sdk_shapes.system_types())
 _SDK_TOOLS = sdk_shapes.blocks(sdk_shapes.tool_types(named=True))
+_O200K = encoding("o200k_base")
 
 
-def _content(draw: Any, role: str, turn: int) -> Any:
-    kind = draw(st.sampled_from(["string", "sdk", "handmade"]))
+def _content(draw: Any, role: str, turn: int, *, rich: bool = True, empty: bool = False) -> Any:
+    """A message's content: the string shorthand, blocks of the SDK's types (``rich``), or the blocks
+    of an agent loop: thinking, text and tool calls, answered by tool results (text or blocks).
+    ``empty``: its texts may be empty."""
+    kind = draw(st.sampled_from(["string", "sdk", "handmade"] if rich else ["string", "handmade"]))
     if kind == "string":
-        return _text(draw)
+        return _text(draw, empty)
     if kind == "sdk":
         return draw(st.lists(_SDK_CONTENT, min_size=1, max_size=3))
     if role == "assistant":
         content = []
         if draw(st.booleans()):
-            content.append({"type": "thinking", "thinking": "hmm", "signature": "sig"})
-        content.append({"type": "text", "text": _text(draw)})
+            content.append({"type": "thinking", "thinking": _text(draw, empty), "signature": "sig"})
+        content.append({"type": "text", "text": _text(draw, empty)})
         for k in range(draw(st.integers(0, 3))):
             content.append({"type": "tool_use", "id": f"t{turn}_{k}", "name": "tool_0", "input": {"id": "7"}})
         return content
-    content = [{"type": "text", "text": _text(draw)}]
+    content = []
+    for k in range(draw(st.integers(0, 3)) if turn else 0):  # a run of results: one lookback position
+        result: Any = (
+            _text(draw, empty) if draw(st.booleans()) else [{"type": "text", "text": _text(draw, empty)}]
+        )
+        content.append({"type": "tool_result", "tool_use_id": f"t{turn - 1}_{k}", "content": result})
+    content.append({"type": "text", "text": _text(draw, empty)})
     if draw(st.booleans()):
         content.append({"type": "text", "text": "cited", "citations": [{"type": "char_location"}]})
     return content
@@ -103,15 +119,21 @@ def _bodies(draw: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"model": MODEL, "max_tokens": 8}
     if draw(st.booleans()):
         body["tools"] = TOOLS[: draw(st.integers(1, 4))] + draw(st.lists(_SDK_TOOLS, max_size=2))
-    system = draw(st.sampled_from(["none", "string", "blocks"]))
+    system = draw(st.sampled_from(["none", "string", "blocks", "sdk"]))
     if system == "string":
-        body["system"] = "You are terse."
+        body["system"] = _text(draw)
     elif system == "blocks":
-        body["system"] = [{"type": "text", "text": f"Part {i}."} for i in range(draw(st.integers(1, 3)))]
+        body["system"] = [{"type": "text", "text": _text(draw)} for _ in range(draw(st.integers(1, 3)))]
+    elif system == "sdk":
+        body["system"] = draw(st.lists(_SDK_SYSTEM, min_size=1, max_size=3))
     messages: list[dict[str, Any]] = []
-    for turn in range(draw(st.integers(1, 9))):
+    # Short conversations of every block kind; long agent loops, whose earlier writes fall out of the
+    # 20-position lookback window (their blocks plainer, to keep each example cheap).
+    long = draw(st.booleans())
+    empty = draw(st.booleans())  # texts that may be empty: a body the API refuses, as the caller wrote it
+    for turn in range(draw(st.integers(10, 24) if long else st.integers(1, 9))):
         role = "user" if turn % 2 == 0 else "assistant"
-        messages.append({"role": role, "content": _content(draw, role, turn)})
+        messages.append({"role": role, "content": _content(draw, role, turn, rich=not long, empty=empty)})
     if messages[-1]["role"] == "assistant":
         messages.append({"role": "user", "content": "go on"})
     body["messages"] = messages
@@ -144,9 +166,26 @@ def _bodies(draw: Any) -> dict[str, Any]:
 @st.composite
 def _cases(draw: Any) -> tuple[dict[str, Any], list[int], Recall]:
     body = draw(_bodies())
-    n = len(prompt_blocks("anthropic_messages", body))
-    tokens = draw(st.lists(st.integers(0, 900), min_size=n, max_size=n))
-    write = draw(st.one_of(st.none(), st.integers(0, n - 1)))
+    blocks = prompt_blocks("anthropic_messages", body)
+    n = len(blocks)
+    if draw(st.booleans()):  # any counts, so that every block boundary meets the minimum somewhere
+        tokens = draw(st.lists(st.integers(0, 900), min_size=n, max_size=n))
+    else:  # what the texts weigh
+        tokens = [_O200K.count(b.text) + b.media_tokens for b in blocks]
+    if n == 0:  # every text empty: nothing to mark, nothing remembered
+        return body, tokens, Recall()
+    # The previous write: none, anywhere, or a message block out of the conversation end's lookback
+    # window (a long conversation: the planner must bridge to it).
+    positions = _positions(blocks)
+    far = [
+        i
+        for i, b in enumerate(blocks)
+        if b.section == "messages" and b.eligible and positions[-1] - positions[i] >= RULES.lookback_positions
+    ]
+    choices = [st.none(), st.integers(0, n - 1)] + ([st.sampled_from(far)] if far else [])
+    write = draw(st.one_of(choices))
+    if write in far and draw(st.booleans()):
+        tokens[0] += RULES.min_cacheable_tokens  # a long first block: the write was worth making
     long_gap = frozenset(draw(st.lists(st.integers(0, n - 1), max_size=3)))
     return body, tokens, Recall(write, long_gap, draw(st.booleans()))
 
@@ -161,7 +200,77 @@ def _markers(body: dict[str, Any]) -> list[tuple[int, str]]:
     return sorted(found.items())
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _positions(blocks: list[Any]) -> list[int]:
+    """Each block's lookback position, by the documented rule: one per block, except that a run of
+    consecutive tool_use blocks (or of tool_result blocks) is one position where the provider says so
+    (``tool_runs_one_position`` in cache_rules.json: Anthropic)."""
+    positions: list[int] = []
+    previous = None
+    for block in blocks:
+        run = RULES.tool_runs_one_position and block.kind in ("tool_use", "tool_result")
+        if not (run and block.kind == previous):
+            positions.append(positions[-1] + 1 if positions else 0)
+        else:
+            positions.append(positions[-1])
+        previous = block.kind
+    return positions
+
+
+def _ends(body: dict[str, Any], blocks: list[Any]) -> dict[str, int]:
+    """Where the next request's prefix can be read back, by section: the last block that may carry a
+    marker in the tools and in the system prompt, and the end of the conversation so far (the last
+    such block, before an assistant prefill, which the next request replaces)."""
+    ends: dict[str, int] = {}
+    for section in ("tools", "system"):
+        found = [i for i, b in enumerate(blocks) if b.section == section and b.eligible]
+        if found:
+            ends[section] = found[-1]
+    messages = body.get("messages", [])
+    prefill = len(messages) > 1 and messages[-1].get("role") == "assistant"
+    last = len(messages) - 1
+    found = [i for i, b in enumerate(blocks) if b.eligible and not (prefill and b.message == last)]
+    if found:
+        ends["conversation"] = found[-1]
+    return ends
+
+
+def _check_what_is_placed(
+    body: dict[str, Any], plan: Any, blocks: list[Any], tokens: list[int], recall: Recall, count: int
+) -> None:
+    """What the documented rules require to be marked, from the rules and the blocks alone.
+
+    While breakpoints are left (``count``, the planned body's markers at every depth, is below the
+    limit), every place where a later request reads this prefix back and whose prefix reaches the
+    model's minimum carries a marker: the end of the tools, of the system prompt, and (when the caller
+    set no automatic marker, which does that job) of the conversation. The previous write, if
+    cacheable, is within the lookback window of a marker at or after it. A lookback marker is only
+    there when no other marker reaches the previous write.
+    """
+    minimum, window = RULES.min_cacheable_tokens, RULES.lookback_positions
+    assert window is not None
+    prefix = list(itertools.accumulate(tokens))
+    positions = _positions(blocks)
+    marked = {index for index, _ in _markers(plan.body)}
+    write = recall.last_write
+    for placement in plan.placements:
+        if placement.reason == "lookback":
+            assert write == placement.block
+            others = marked - {placement.block}
+            assert not any(i >= write and positions[i] - positions[write] < window for i in others)
+    if count >= (RULES.max_breakpoints or 0):
+        return  # no breakpoint left: which candidates got one is the planner's order of value
+    ends = _ends(body, blocks)
+    if body.get("cache_control") is not None:
+        ends.pop("conversation", None)
+    for reason, end in ends.items():
+        if prefix[end] >= minimum:
+            assert end in marked, (reason, blocks[end].where)
+    reachable = write is not None and blocks[write].eligible and prefix[write] >= minimum
+    if reachable and any(i >= write for i in marked):
+        assert any(i >= write and positions[i] - positions[write] < window for i in marked)
+
+
+@fuzz(400)
 @given(_cases())
 def test_planning_keeps_every_rule(case: tuple[dict[str, Any], list[int], Recall]) -> None:
     body, tokens, recall = case
@@ -201,7 +310,16 @@ def test_planning_keeps_every_rule(case: tuple[dict[str, Any], list[int], Recall
     assert every == sorted(every, key=["1h", "5m"].index)
     planned_markers = sdk_shapes.markers(planned)
     assert all(marker in planned_markers for marker in sdk_shapes.markers(body))
-    # The backend, which refuses what the API refuses (it counts nested markers too), accepts it.
+    # What had to be placed was placed (a planner that places nothing fails here).
+    _check_what_is_placed(body, plan, blocks, tokens, recall, len(every))
+    # The backend, which refuses what the API refuses (it counts nested markers too), accepts it,
+    # unless it refuses the caller's own body (an empty text block, say): planning never fixes that.
+    try:
+        parse("messages", body, ByteTokenizer())
+    except BadRequest:
+        with pytest.raises(BadRequest):
+            parse("messages", planned, ByteTokenizer())
+        return
     parsed = parse("messages", planned, ByteTokenizer())
     AnthropicCache().account(
         model=MODEL,
@@ -350,6 +468,26 @@ def test_the_lookback_gets_a_bridge_when_the_last_write_is_out_of_reach() -> Non
     near = len(blocks) - 20
     plan = plan_breakpoints(body, blocks, tokens, rules=RULES, recall=Recall(last_write=near))
     assert not [p for p in plan.placements if p.reason == "lookback"]
+
+
+def test_a_stable_end_within_reach_reads_the_previous_write_instead_of_a_bridge() -> None:
+    # The previous request wrote up to tools.1 (fewer tools then); the conversation's end is far
+    # beyond the window, but the system prompt's end, marked anyway, is 3 positions after the write.
+    body = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "tools": TOOLS,
+        "system": POLICY,
+        "messages": _long_conversation(12),
+    }
+    blocks = prompt_blocks("anthropic_messages", body)
+    tokens = [600, 600, 0, 0, 2000] + [40] * (len(blocks) - 5)
+    plan = plan_breakpoints(body, blocks, tokens, rules=RULES, recall=Recall(last_write=1))
+    assert [(p.where, p.reason) for p in plan.placements] == [
+        ("tools.3", "tools"),
+        ("system", "system"),
+        (blocks[-1].where, "conversation"),
+    ]  # no marker on tools.1: the system's reads it
 
 
 def test_a_run_of_tool_results_is_one_position_at_anthropic_but_not_at_bailian() -> None:
@@ -589,6 +727,40 @@ def test_breakpoints_can_be_turned_off_per_request_and_are_absent_on_hits() -> N
     )
     assert off.headers["x-cachekit-breakpoints"] == "off; x-cachekit-breakpoints: off"  # says why
     assert off.parse().usage.cache_creation_input_tokens == 0
+
+
+@pytest.mark.parametrize("mode", ["cached", "bypass"])
+def test_the_planner_remembers_writes_only_after_a_2xx(mode: str) -> None:
+    """docs/breakpoints.md: "The planner remembers a request's writes only once the provider accepted
+    it (a 2xx)": a refused request wrote nothing at the provider, so nothing may be read back."""
+    import anthropic
+
+    upstream = FakeUpstream()
+    client = cachekit.Anthropic(
+        api_key="k",
+        http_client=httpx2.Client(transport=upstream),
+        cache=cachekit.CacheConfig(store="memory://", ledger=False),
+        max_retries=0,
+    )
+    memory = cachekit.cache_of(client).pipeline.planner.memory
+    headers = {"x-cachekit": "bypass"} if mode == "bypass" else {}
+    ask = functools.partial(
+        client.messages.with_raw_response.create,
+        model=MODEL,
+        max_tokens=8,
+        system=POLICY,
+        messages=[{"role": "user", "content": "Which bookings are open?"}],
+        extra_headers=headers,
+    )
+    for status in (500, 429, 400):
+        upstream.fail_next(status)
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            ask()
+        assert "/conversation" in refused.value.response.headers["x-cachekit-breakpoints"]  # planned
+        assert len(memory) == 0
+    assert "/conversation" in ask().headers["x-cachekit-breakpoints"]
+    assert len(memory) > 0
+    client.close()
 
 
 class _ThreeByteTokenizer:

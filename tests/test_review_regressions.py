@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 from typing import Any
 
 import httpx2
 import pytest
 
 import cachekit
-from cachekit.exact.flights import Flight
+from cachekit.exact.flights import Flight, Flights, WaitResult
+from cachekit.local import ManualClock
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.requests import anthropic_messages, openai_chat
@@ -69,32 +71,57 @@ def test_a_copy_with_a_new_http_client_keeps_the_cache() -> None:
 
 
 def test_a_stream_dropped_unread_does_not_hold_its_flight(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The dropped stream's flight lands from its finalizer, on a worker thread: the next request may
-    # find it still up for a moment and wait for it. What matters is that the wait ends because the
-    # flight landed, not because the wait gave up (coalesce_timeout): each wait's outcome is recorded.
-    landed: list[bool] = []
+    # The dropped stream's flight lands from its finalizer, on cachekit's worker thread. The test
+    # waits for that landing (an event, not a timeout), then makes the identical request: it must
+    # find no flight to wait for. Before the fix the flight never landed, and the next request waited
+    # for the lost leader until it gave up (or, from the same thread, went upstream beside it).
+    landed = threading.Event()
+    land = Flights.land
+
+    def recording_land(flights: Flights, key: str, flight: Flight) -> None:
+        land(flights, key, flight)
+        landed.set()
+
+    waits: list[WaitResult] = []
     wait = Flight.wait
 
-    def recording_wait(flight: Flight, timeout: float) -> bool:
-        landed.append(wait(flight, timeout))
-        return landed[-1]
+    def recording_wait(flight: Flight, timeout: float) -> WaitResult:
+        waits.append(wait(flight, timeout))
+        return waits[-1]
 
+    monkeypatch.setattr(Flights, "land", recording_land)
     monkeypatch.setattr(Flight, "wait", recording_wait)
     upstream = FakeUpstream()
     client = cachekit.OpenAI(
         api_key="k",
         http_client=httpx2.Client(transport=upstream),
-        cache=cachekit.CacheConfig(store=MemoryStore(), ledger=False, coalesce_timeout=5),
+        cache=cachekit.Cache(
+            cachekit.CacheConfig(store=MemoryStore(), ledger=False, coalesce_timeout=3600),
+            clock=ManualClock(),  # nobody gives up on a flight, nor judges one stalled
+        ),
     )
     stream = client.chat.completions.create(**openai_chat(), stream=True)
     del stream
     gc.collect()
+    assert landed.wait(60)  # a guard against a hang: only the landing sets it
     client.chat.completions.create(**openai_chat())
-    assert False not in landed  # did not wait for the lost leader until it gave up
+    assert waits == []  # no flight was left to wait for
     assert upstream.calls == 2
+    client.close()
 
 
-def test_a_leader_cancelled_while_looking_up_lands_its_flight() -> None:
+def test_a_leader_cancelled_while_looking_up_lands_its_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Any wait for a flight is recorded and refused at once ("own": the caller goes upstream), so a
+    # flight the cancelled leader left behind shows up as a wait, not as a pause of coalesce_timeout
+    # that ends in the same upstream call (which is how this test passed without the fix).
+    waits: list[Flight] = []
+
+    async def refused_wait(flight: Flight, timeout: float) -> WaitResult:
+        waits.append(flight)
+        return "own"
+
+    monkeypatch.setattr(Flight, "wait_async", refused_wait)
+
     class HeldStore(MemoryStore):
         """Holds the second lookup (the leader's look again after joining its flight) until cancelled."""
 
@@ -123,7 +150,7 @@ def test_a_leader_cancelled_while_looking_up_lands_its_flight() -> None:
 
     async def main() -> cachekit.Cache:
         store = HeldStore()
-        cache = cachekit.Cache(cachekit.CacheConfig(store=store, ledger=False, coalesce_timeout=5))
+        cache = cachekit.Cache(cachekit.CacheConfig(store=store, ledger=False))
         transport = cachekit.AsyncCachingTransport(upstream, cache=cache)
         async with httpx2.AsyncClient(transport=transport) as client:
 
@@ -139,7 +166,8 @@ def test_a_leader_cancelled_while_looking_up_lands_its_flight() -> None:
         return cache
 
     cache = asyncio.run(main())
-    assert cache.stats.coalesced == 0  # the next request did not wait for the cancelled leader
+    assert waits == []  # the next request found no flight of the cancelled leader to wait for
+    assert cache.stats.coalesced == 0
     assert upstream.calls == 1
 
 

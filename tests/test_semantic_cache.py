@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -21,6 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cachekit
+from cachekit.breaker import CircuitBreaker
+from cachekit.exact.flights import Flight, WaitResult
 from cachekit.semantic import SemanticConfig, SemanticError
 from cachekit.semantic.embedders import default_embedder
 from cachekit.semantic.index_memory import MemoryVectorIndex
@@ -351,6 +355,107 @@ def test_a_dimension_mismatch_is_refused_not_mixed(caplog: pytest.LogCaptureFixt
         bad.close()
 
 
+def test_the_default_threshold_is_the_documented_one_and_decides_a_pair_either_side() -> None:
+    """docs/semantic.md: a candidate needs a cosine of at least the threshold, "by default
+    ``cachekit.semantic.matcher.DEFAULT_THRESHOLD`` (0.80 with all-MiniLM-L6-v2)". Two paraphrases
+    that pass every guard, one just above and one just below it with the real model: the first is
+    served, the second is not, and a lower threshold in the request serves it (only the threshold
+    stopped it)."""
+    from cachekit.semantic.matcher import DEFAULT_THRESHOLD
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "semantic.md").read_text()
+    documented = re.search(r"by default `cachekit\.semantic\.matcher\.DEFAULT_THRESHOLD` \((\d\.\d+)", page)
+    assert documented is not None
+    assert float(documented.group(1)) == DEFAULT_THRESHOLD
+    assert f"| `threshold` | `None` ({documented.group(1)};" in page  # the configuration table
+    assert SemanticConfig().threshold is None
+    stored = "How do I reset my account password?"
+    above, below = "How is the password for an account reset?", "How is an account's password reset?"
+    vectors = np.asarray(default_embedder().embed([stored, above, below]))
+    assert DEFAULT_THRESHOLD < float(vectors[0] @ vectors[1]) < DEFAULT_THRESHOLD + 0.03
+    assert DEFAULT_THRESHOLD - 0.02 < float(vectors[0] @ vectors[2]) < DEFAULT_THRESHOLD
+    for question, headers, expected in (
+        (above, {}, "semantic"),
+        (below, {}, "miss"),
+        (below, {"x-cachekit-semantic": f"{DEFAULT_THRESHOLD - 0.02:.2f}"}, "semantic"),
+    ):
+        world = World()
+        try:
+            world.ask(chat(stored))
+            assert outcome(world.ask(chat(question), **headers)) == expected, (question, headers)
+            assert world.cache.pipeline.semantic is not None
+            assert world.cache.pipeline.semantic.matcher.threshold == DEFAULT_THRESHOLD
+        finally:
+            world.close()
+
+
+class HangingEmbedder:
+    """The bundled model, except that once :attr:`armed` each embedding waits for :attr:`release` (a
+    model or embedding service that hangs); counts the embeddings asked for and those still waiting."""
+
+    def __init__(self) -> None:
+        self._model = default_embedder()
+        self.model_id, self.dimension = self._model.model_id, self._model.dimension
+        self.armed = False
+        self.release = threading.Event()
+        self.calls = 0
+        self.waiting = 0
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        if self.armed:
+            with self._lock:
+                self.calls += 1
+                self.waiting += 1
+            try:
+                self.release.wait(60)  # a guard against a hang: only the test's release is expected
+            finally:
+                with self._lock:
+                    self.waiting -= 1
+        return self._model.embed(texts)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_lookup_past_its_deadline_is_a_miss_and_the_breaker_then_skips_the_layer() -> None:
+    """docs/semantic.md, Failures: a lookup past its deadline is a counted miss, behind the layer's own
+    circuit breaker; docs/operations.md: "The semantic layer: 2 s per lookup"."""
+    assert SemanticConfig().timeout == 2.0
+    embedder = HangingEmbedder()
+    world = World(SemanticConfig(embedder=embedder, timeout=0.2))  # a shorter deadline: a quicker test
+    clock = FakeClock()
+    breaker = CircuitBreaker(failure_threshold=3, cooldown=10, clock=clock)
+    world.cache.pipeline.semantic_breaker = breaker
+    try:
+        assert outcome(world.ask(chat(QUESTION))) == "miss"  # the model loaded and warmed up
+        embedder.armed = True
+        for i in range(3):
+            assert outcome(world.ask(chat(f"Where is office number {i}?"))) == "miss"
+            # Answered while the embedding still hangs: the request did not wait for it.
+            assert embedder.waiting == i + 1
+        assert world.cache.stats.semantic_errors == 3
+        assert breaker.state == "open"
+        # Open: the layer is skipped without asking the embedder (nor waiting for its deadline).
+        assert outcome(world.ask(chat(PARAPHRASE))) == "miss"
+        assert embedder.calls == 3
+        assert world.cache.stats.semantic_skips == 1
+        # The embedder is back; after the cooldown one probe closes the breaker, and hits return.
+        embedder.armed = False
+        embedder.release.set()
+        clock.now += 10
+        assert outcome(world.ask(chat("How could I reset my account's password?"))) == "semantic"
+        assert breaker.state == "closed"
+    finally:
+        embedder.release.set()
+        world.close()
+
+
 def test_a_redis_index_outage_is_a_miss() -> None:
     world = World(SemanticConfig(index=f"redis://127.0.0.1:{free_port()}/0"))
     try:
@@ -474,12 +579,19 @@ def test_numbers_in_the_header_are_thresholds(world: World) -> None:
     assert layer.matcher is layer.matcher  # one matcher, whatever the per-request thresholds
 
 
-def test_an_opt_in_the_client_cannot_honour_is_ignored_not_fatal() -> None:
-    world = World(semantic=False, store_prompts=False, coalesce_timeout=5)
+def test_an_opt_in_the_client_cannot_honour_is_ignored_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[Flight] = []
+
+    def refused_wait(flight: Flight, timeout: float) -> WaitResult:
+        waits.append(flight)  # recorded, and refused at once: a leaked flight never costs a pause
+        return "own"
+
+    monkeypatch.setattr(Flight, "wait", refused_wait)
+    world = World(semantic=False, store_prompts=False)
     try:
         for _ in range(2):  # the second would wait for a leaked flight if the first had failed
             assert outcome(world.ask(chat(QUESTION), **{"x-cachekit-semantic": "on"})) in ("miss", "hit")
-        assert world.cache.stats.coalesced == 0  # it did not wait for one
+        assert waits == []  # it found none to wait for
         assert world.cache.stats.semantic_errors >= 1
     finally:
         world.close()

@@ -266,17 +266,28 @@ def test_a_long_wait_is_logged_with_its_reason_then_given_up(caplog: pytest.LogC
 
 
 def _crowd(
-    mode: str, upstream: FakeUpstream, watch: Watch, ask: Callable[[], Any], *, cancel_leader: bool = False
+    mode: str,
+    upstream: FakeUpstream,
+    watch: Watch,
+    ask: Callable[[], Any],
+    *,
+    cancel_leader: bool = False,
+    then: int = 1,
 ) -> list[Any]:
     """Run ``ask`` ``CROWD`` times at once; results and exceptions, in no order.
 
     The first call reaches the upstream and is held there until the others all wait for it (then its
-    task is cancelled, with ``cancel_leader``), then the upstream answers it. The next request to reach the
-    upstream (a new leader) is held in turn until every other caller has either finished or begun to
-    wait again: so a fix that works only because the callers happened to run one after the other
-    shows up as more upstream calls.
+    task is cancelled, with ``cancel_leader``), then the upstream answers it: so the followers provably
+    joined the leader's flight (without single-flight nobody waits, and the crowd never lines up).
+
+    ``then=1``: the next request to reach the upstream (a new leader) is held in turn until every
+    other caller has either finished or begun to wait again: so a fix that works only because the
+    callers happened to run one after the other shows up as more upstream calls. ``then=n``: the next
+    ``n`` requests are held until all of them arrived (they went upstream at once, none waiting for
+    another). ``then=0``: nobody else is expected upstream.
     """
-    first, second = upstream.hold_next(), upstream.hold_next()
+    first = upstream.hold_next()
+    second = upstream.hold_next(then) if then else None
 
     def lined_up(tasks: list[asyncio.Task[Any]]) -> None:
         try:
@@ -286,12 +297,15 @@ def _crowd(
                 (leader,) = set(tasks) - watch.waiting(first=True)
                 leader.get_loop().call_soon_threadsafe(leader.cancel)
             first.release()
-            assert second.arrived(HANG_GUARD)
-            # Everyone but the request held second: finished, or waiting for it.
-            assert watch.until(lambda: watch.finished + len(watch.waiting(first=False)) >= CROWD - 1)
+            if second is not None:
+                assert second.arrived(HANG_GUARD)
+            if then == 1:
+                # Everyone but the request held second: finished, or waiting for it.
+                assert watch.until(lambda: watch.finished + len(watch.waiting(first=False)) >= CROWD - 1)
         finally:
             first.release()
-            second.release()
+            if second is not None:
+                second.release()
 
     if mode == "async":
         return asyncio.run(_crowd_async(ask, watch, lined_up))
@@ -339,6 +353,137 @@ async def _crowd_async(
 def _split(results: list[Any]) -> tuple[list[BaseException], list[Any]]:
     failures = [r for r in results if isinstance(r, BaseException)]
     return failures, [r for r in results if not isinstance(r, BaseException)]
+
+
+def _reader(
+    client: Any, method: str, body: dict[str, Any], *, stream: bool, is_async: bool
+) -> Callable[[], Any]:
+    """One call: its answer, or (``stream``) every event of its stream as a dict, read to the end."""
+    create = _create(client, method)
+    if not is_async:
+        if stream:
+            return lambda: [event.model_dump() for event in create(**body, stream=True)]
+        return lambda: create(**body)
+
+    async def read() -> Any:
+        if stream:
+            return [event.model_dump() async for event in await create(**body, stream=True)]
+        return await create(**body)
+
+    return read
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("stream", [False, True], ids=["document", "stream"])
+@pytest.mark.parametrize(("provider", "method", "body"), DIALECTS, ids=DIALECT_IDS)
+def test_identical_calls_at_once_make_one_upstream_call(
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    stream: bool,
+    provider: str,
+    method: str,
+    body: Callable[[], dict[str, Any]],
+) -> None:
+    """Threads (sync clients) or tasks (async clients): the first call leads, held upstream until the
+    others wait for its flight, and they then read its stored answer."""
+    watch = Watch(monkeypatch)
+    upstream = FakeUpstream()
+    client = _client(provider, upstream, is_async=mode == "async")
+    ask = _reader(client, method, body(), stream=stream, is_async=mode == "async")
+    failures, answers = _split(_crowd(mode, upstream, watch, ask, then=0))
+    assert failures == []
+    assert upstream.calls == 1
+    assert len(answers) == CROWD
+    assert all(answer == answers[0] for answer in answers)  # the same answer, replayed
+    assert cachekit.cache_of(client).stats.coalesced == CROWD - 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(("provider", "method", "body"), DIALECTS, ids=DIALECT_IDS)
+def test_a_leader_failure_a_retry_would_repeat_reaches_only_its_caller(
+    monkeypatch: pytest.MonkeyPatch, mode: str, provider: str, method: str, body: Callable[[], dict[str, Any]]
+) -> None:
+    """A 500 the provider says not to retry: the followers waited for the leader (lined up behind it),
+    none of them gets its failure, and each then asks on its own at once (nothing to elect a leader
+    for): all of them are upstream together before any is answered."""
+    watch = Watch(monkeypatch)
+    upstream = FakeUpstream()
+    upstream.fail_next(500, headers={"x-should-retry": "false"}, message="the leader's own failure")
+    client = _client(provider, upstream, is_async=mode == "async")
+    ask = lambda: _create(client, method)(**body())  # noqa: E731
+    failures, answers = _split(_crowd(mode, upstream, watch, ask, then=CROWD - 1))
+    assert len(failures) == 1
+    assert isinstance(failures[0], (anthropic.InternalServerError, openai.InternalServerError))
+    assert "the leader's own failure" in str(failures[0])
+    assert len(answers) == CROWD - 1
+    assert upstream.calls == CROWD
+
+
+@pytest.mark.parametrize("leader", ["sync", "async"])
+def test_clients_that_share_a_cache_coalesce_across_each_other(
+    monkeypatch: pytest.MonkeyPatch, leader: str
+) -> None:
+    """docs/exact.md: "Clients that share one cachekit.Cache coalesce across each other", a sync and
+    an async client in its example. One client's call leads (held upstream); the other client's
+    calls, and more of its own, wait for that flight and read its answer."""
+    watch = Watch(monkeypatch)
+    upstream = FakeUpstream()
+    cache = cachekit.Cache(cachekit.CacheConfig(store=MemoryStore(), ledger=False, coalesce_timeout=FOREVER))
+    sync_client = cachekit.Anthropic(
+        api_key="k", http_client=httpx2.Client(transport=upstream), cache=cache, max_retries=0
+    )
+    async_client = cachekit.AsyncAnthropic(
+        api_key="k", http_client=httpx2.AsyncClient(transport=upstream), cache=cache, max_retries=0
+    )
+    results: list[Any] = []
+    first = upstream.hold_next()
+
+    def sync_call() -> None:
+        results.append(sync_client.messages.create(**anthropic_messages()))
+
+    def async_calls(before: int, after: int) -> None:
+        """``before`` calls at once, then ``after`` more once the first call is held upstream."""
+
+        async def main() -> None:
+            calls = [
+                asyncio.ensure_future(async_client.messages.create(**anthropic_messages()))
+                for _ in range(before)
+            ]
+            if after:
+                await asyncio.to_thread(first.arrived, HANG_GUARD)
+                calls += [
+                    asyncio.ensure_future(async_client.messages.create(**anthropic_messages()))
+                    for _ in range(after)
+                ]
+            results.extend(await asyncio.gather(*calls))
+            await async_client.close()
+
+        asyncio.run(main())
+
+    # The leading client's first call; once it is held upstream, two more of its own and three of
+    # the other client's (threads for the sync client, tasks in one event loop for the async one).
+    if leader == "sync":
+        started = [threading.Thread(target=sync_call, daemon=True)]
+        later = [threading.Thread(target=sync_call, daemon=True) for _ in range(2)]
+        later.append(threading.Thread(target=async_calls, args=(3, 0), daemon=True))
+    else:
+        started = [threading.Thread(target=async_calls, args=(1, 2), daemon=True)]
+        later = [threading.Thread(target=sync_call, daemon=True) for _ in range(3)]
+    started[0].start()
+    try:
+        assert first.arrived(HANG_GUARD)
+        for thread in later:
+            thread.start()
+        assert watch.until(lambda: len(watch.waiting(first=True)) == 5)
+    finally:
+        first.release()
+        for thread in started + later:
+            thread.join(HANG_GUARD)
+    assert upstream.calls == 1
+    assert len(results) == 6
+    assert len({answer.id for answer in results}) == 1
+    assert cache.stats.coalesced == 5
+    sync_client.close()
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

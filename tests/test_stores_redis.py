@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+import cachekit.stores.redis
 from cachekit.errors import ConfigError, MissingExtraError, StoreError
 from cachekit.stores import RedisStore, store_from_url
 from cachekit.stores.url import SUPPORTED_SCHEMES
@@ -732,6 +733,60 @@ def test_a_stalled_cluster_node_times_out_fast(
     # The node is awake: the store serves again by itself (the cluster client may spend a call
     # refreshing its view of the nodes first).
     assert b"v" in [_get_or_none(store, "k") for _ in range(3)]
+
+
+class _Namespace:
+    """A module's view of ``asyncio`` with some names replaced (the rest are asyncio's own)."""
+
+    def __init__(self, **replaced: Any) -> None:
+        self._replaced = replaced
+
+    def __getattr__(self, name: str) -> Any:
+        return self._replaced[name] if name in self._replaced else getattr(asyncio, name)
+
+
+def test_an_async_call_ends_at_its_overall_deadline(monkeypatch: pytest.MonkeyPatch, prefix: str) -> None:
+    """docs/operations.md: "async calls also get one overall deadline (connect_timeout + 2 * timeout)".
+
+    A Cluster node that serves the key but sees a slot nobody serves answers CLUSTERDOWN; redis-py's
+    async cluster client then pauses before it re-reads the layout, a pause no socket timeout bounds.
+    Here that pause never ends (an event nobody sets), so only the deadline can end the call: without
+    it the call hangs (until the test's own guard)."""
+    import redis.asyncio.cluster
+
+    paused = asyncio.Event()
+    deadlines: list[float] = []
+
+    async def pause_forever(delay: float) -> None:
+        paused.set()
+        await asyncio.Event().wait()
+
+    async def wait_for(call: Any, timeout: float) -> Any:
+        deadlines.append(timeout)
+        return await asyncio.wait_for(call, timeout)
+
+    cluster = RedisCluster3(redis7_binary()).start()
+    store = RedisStore(cluster.url, prefix=prefix, timeout=0.05, connect_timeout=0.2)
+    try:
+
+        async def main() -> None:
+            await store.aset("k", b"v")  # connected; the client knows the layout
+            owner = _owner(cluster, _raw_name(prefix, "k"))
+            low, high = cluster.RANGES[cluster.nodes.index(owner)]
+            taken = owner.command("CLUSTER", "KEYSLOT", _raw_name(prefix, "k"))
+            owner.command("CLUSTER", "DELSLOTS", low if taken != low else high)
+            monkeypatch.setattr(redis.asyncio.cluster, "asyncio", _Namespace(sleep=pause_forever))
+            monkeypatch.setattr(cachekit.stores.redis, "asyncio", _Namespace(wait_for=wait_for))
+            with pytest.raises(StoreError, match="get failed: TimeoutError"):
+                await asyncio.wait_for(store.aget("k"), 60)  # the guard: only a hang reaches it
+            assert paused.is_set()  # the client did pause: the deadline ended the call
+            assert deadlines == [0.2 + 2 * 0.05]
+            await store.aclose()
+
+        asyncio.run(main())
+    finally:
+        store.close()
+        cluster.cleanup()
 
 
 def _get_or_none(store: RedisStore, key: str) -> bytes | None:

@@ -1,11 +1,11 @@
-"""Streams through the cache: record, replay, cross-serve, never store a broken stream, single-flight.
+"""Streams through the cache: record, replay, cross-serve, never store a broken stream. (Concurrent
+identical streams, single-flight: tests/test_single_flight.py.)
 
 All through the real SDKs (sync and async via the ``harness`` fixture) over the in-process upstream.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -260,112 +260,6 @@ def test_streamed_miss_passes_chunks_through_as_they_arrive() -> None:
     assert b'"usage"' not in first + rest
     assert rest.endswith(b"data: [DONE]\n\n")
     assert len(store) == 1  # stored: the stream reached its terminator
-
-
-# -- single-flight ----------------------------------------------------------------------------
-
-
-def _threads(n: int, fn: Any) -> list[Any]:
-    results: list[Any] = [None] * n
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(n)
-
-    def run(i: int) -> None:
-        barrier.wait()
-        try:
-            results[i] = fn()
-        except BaseException as exc:  # collected and re-raised by the test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors[:3]
-    return results
-
-
-@pytest.mark.parametrize("stream", [False, True])
-def test_fifty_threads_make_one_upstream_call(stream: bool) -> None:
-    upstream = FakeUpstream(latency=0.3)
-    client = cachekit.Anthropic(api_key="k", http_client=httpx2.Client(transport=upstream), cache="memory://")
-
-    def ask() -> Any:
-        if stream:
-            with client.messages.stream(**anthropic_messages()) as s:
-                return s.get_final_message()
-        return client.messages.create(**anthropic_messages())
-
-    results = _threads(50, ask)
-    assert upstream.calls == 1
-    assert all(r == results[0] for r in results)
-    assert cachekit.cache_of(client).stats.coalesced >= 1
-    client.close()
-
-
-def test_fifty_tasks_make_one_upstream_call() -> None:
-    upstream = FakeUpstream(latency=0.3)
-
-    async def main() -> list[Any]:
-        client = cachekit.AsyncOpenAI(
-            api_key="k", http_client=httpx2.AsyncClient(transport=upstream), cache="memory://"
-        )
-        try:
-            return await asyncio.gather(*(client.chat.completions.create(**openai_chat()) for _ in range(50)))
-        finally:
-            await client.close()
-
-    results = asyncio.run(main())
-    assert upstream.calls == 1
-    assert all(r == results[0] for r in results)
-
-
-def test_a_failing_leader_does_not_fail_its_waiters() -> None:
-    upstream = FakeUpstream(latency=0.3)
-    upstream.fail_next(500, headers={"x-should-retry": "false"})
-    client = cachekit.OpenAI(
-        api_key="k", http_client=httpx2.Client(transport=upstream), cache="memory://", max_retries=0
-    )
-    outcomes: list[str] = []
-    lock = threading.Lock()
-
-    def ask() -> Any:
-        try:
-            result = client.chat.completions.create(**openai_chat())
-        except Exception as exc:
-            with lock:
-                outcomes.append(type(exc).__name__)
-            return None
-        with lock:
-            outcomes.append("ok")
-        return result
-
-    _threads(20, ask)
-    assert outcomes.count("ok") == 19  # only the leader saw its own failure
-    assert outcomes.count("InternalServerError") == 1
-    client.close()
-
-
-def test_async_waiters_survive_a_failing_leader() -> None:
-    upstream = FakeUpstream(latency=0.2)
-    upstream.fail_next(500, headers={"x-should-retry": "false"})
-
-    async def main() -> list[Any]:
-        client = cachekit.AsyncAnthropic(
-            api_key="k", http_client=httpx2.AsyncClient(transport=upstream), cache="memory://", max_retries=0
-        )
-        try:
-            return await asyncio.gather(
-                *(client.messages.create(**anthropic_messages()) for _ in range(10)), return_exceptions=True
-            )
-        finally:
-            await client.close()
-
-    results = asyncio.run(main())
-    failures = [r for r in results if isinstance(r, BaseException)]
-    assert len(failures) == 1
-    assert len({r.id for r in results if not isinstance(r, BaseException)}) >= 1
 
 
 def test_sse_module_is_importable_for_fixtures() -> None:

@@ -18,13 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import cachekit
 from cachekit.exact.keys import partition_for, partition_names_tenant
 from cachekit.ops import purge
 from tests.conftest import Harness
+from tests.fuzzing import fuzz
 from tests.requests import anthropic_messages, openai_chat
 
 CALLS: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
@@ -220,7 +221,7 @@ def partition(caller: dict[str, Any]) -> str:
     )
 
 
-@settings(max_examples=400, deadline=None, database=None, derandomize=True)
+@fuzz(400)
 @given(first=callers(), second=callers())
 def test_two_callers_share_a_partition_exactly_when_the_rules_say_so(
     first: dict[str, Any], second: dict[str, Any]

@@ -35,12 +35,13 @@ from typing import Any
 import httpx2
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 import cachekit
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
+from tests.fuzzing import fuzz
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -344,7 +345,7 @@ def trials(draw: st.DrawFn) -> Trial:
     return Trial(flavor, draw(st.sampled_from(ENDPOINTS)), first, second, draw(st.booleans()))
 
 
-@settings(max_examples=150, deadline=None, database=None, derandomize=True)
+@fuzz(150)
 @given(trial=trials())
 @pytest.mark.parametrize("layer_name", sorted(LAYERS))
 def test_an_entry_is_served_only_within_its_partition(layer_name: str, trial: Trial) -> None:
@@ -509,13 +510,7 @@ def _leaks(
     return found
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@fuzz(60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     flavor=st.sampled_from(FLAVORS),
     endpoint=st.sampled_from(ENDPOINTS),

@@ -17,10 +17,11 @@ request will read:
    last block that may carry a marker: the next request extends this prompt and reads it whole); a
    **lookback bridge** when the conversation's previous write lies 20 positions or more before every
    later marker (a turn that added 30 tool results, say): a marker on the previous write's own block
-   reads it; then the end of the system prompt and the end of the tools (stable across
-   conversations). A candidate whose prefix is shorter than the model's minimum gets no marker (it
-   would write nothing); a block that cannot carry one (thinking, an empty or cited text block) is
-   never marked; a string shorthand becomes one text block to carry its marker.
+   reads it (or the marker at the end of the system prompt or tools, when that lies within reach
+   after the write: no marker more); then the end of the system prompt and the end of the tools
+   (stable across conversations). A candidate whose prefix is shorter than the model's minimum gets
+   no marker (it would write nothing); a block that cannot carry one (thinking, an empty or cited
+   text block) is never marked; a string shorthand becomes one text block to carry its marker.
 3. **Lifetimes**, chosen before the gap (:mod:`cachekit.gaps`): 1 hour where the tenant's timing
    statistics for the model (or the caller's expected gap) make its expected saving beat a 5-minute
    write, else 5 minutes; a caller's fixed lifetime is used as given. A marker never gets a shorter
@@ -186,6 +187,16 @@ class _Census:
     nested: tuple[tuple[int, str, Ttl], ...]
     target: int | None
     automatic: Ttl | None
+    separate: bool = False
+    """The automatic breakpoint is written apart from a caller's marker on its block (OpenAI's implicit
+    one: "one implicit breakpoint and ... up to the latest three explicit breakpoints")."""
+
+    def writes(self) -> int:
+        """The breakpoints the request holds before any is added, each taking one of the limit."""
+        extra = self.automatic is not None and (
+            self.target is None or (self.separate and self.target in self.marked)
+        )
+        return len(self.fixed()) + (1 if extra else 0)
 
     def taken(self) -> dict[int, Ttl]:
         """Blocks that carry a marker: the caller's and the automatic one's target."""
@@ -246,8 +257,8 @@ def _census(
                 f"({marked[target]} vs {automatic})"
             )
         named.append("(top level)")
-    census = _Census(marked, tuple(nested), target, automatic)
-    count = len(census.taken()) + len(nested) + (1 if automatic is not None and target is None else 0)
+    census = _Census(marked, tuple(nested), target, automatic, separate=implicit is not None)
+    count = census.writes()
     limit = rules.max_breakpoints or 0
     # Where the provider writes only the latest breakpoints (OpenAI), more is no error; none are added.
     if count > limit and rules.over_limit == "error":
@@ -386,6 +397,37 @@ def _lifetimes(
     return chosen
 
 
+def _bridge(  # noqa: PLR0917 - the facts the decision reads, each named
+    write: int | None,
+    blocks: Sequence[Block],
+    marked: Collection[int],
+    stable: Sequence[tuple[int | None, Reason]],
+    positions: Sequence[int],
+    prefix: Sequence[int],
+    window: int,
+    rules: CacheRules,
+) -> tuple[int, Reason] | None:
+    """The lookback: a marker finds an earlier entry only within ``window`` positions before it. When
+    every marker after the previous write (``marked``: the blocks marked so far) is out of its reach, a
+    marker on the write's own block reads it, unless the end of the system prompt or the tools
+    (``stable``), marked anyway, lies within reach after it: that marker reads the write as well, so
+    it takes the bridge's place instead of a marker more. ``None``: no bridge is needed."""
+    if write is None or write >= len(blocks) or not blocks[write].eligible:
+        return None
+    after = [i for i in marked if i >= write]
+    if not after or any(positions[i] - positions[write] < window for i in after):
+        return None
+    for index, reason in stable:
+        if (
+            index is not None
+            and index >= write
+            and positions[index] - positions[write] < window
+            and prefix[index] >= rules.min_cacheable_tokens
+        ):
+            return index, reason
+    return write, "lookback"
+
+
 def plan_breakpoints(
     body: dict[str, Any],
     blocks: Sequence[Block],
@@ -411,11 +453,7 @@ def plan_breakpoints(
         raise ValueError(f"{len(tokens)} token counts for {len(blocks)} blocks")
     census = _census(body, blocks, rules, implicit)
     taken = census.taken()
-    budget = (
-        (rules.max_breakpoints or 0)
-        - len(census.fixed())
-        - (1 if census.automatic is not None and census.target is None else 0)
-    )
+    budget = (rules.max_breakpoints or 0) - census.writes()
     prefix = list(itertools.accumulate(tokens))
     positions = lookback_positions(
         (b.kind for b in blocks), tool_runs_one_position=rules.tool_runs_one_position
@@ -450,23 +488,24 @@ def plan_breakpoints(
         reasons[index] = reason
         budget -= 1
 
+    stable: tuple[tuple[int | None, Reason], ...] = ((system_end, "system"), (tools_end, "tools"))
+
+    def stable_ttl(index: int) -> Ttl:
+        return _LONG if index in recall.long_gap else _SHORT
+
     for index, reason, ttl in candidates:
         take(index, reason, ttl)
-    # The lookback: a marker finds an earlier entry only within `window` positions before it. When every
-    # marker after the previous write is out of its reach, a marker on the write's own block reads it.
-    write = recall.last_write
-    if write is not None and write < len(blocks) and blocks[write].eligible:
-        after = [i for i in (*taken, *wanted) if i >= write]
-        reached = any(positions[i] - positions[write] < window for i in after)
-        if after and not reached:
-            take(write, "lookback", conversation_ttl)
+    bridge = _bridge(recall.last_write, blocks, [*taken, *wanted], stable, positions, prefix, window, rules)
+    if bridge is not None:
+        index, reason = bridge
+        take(index, reason, conversation_ttl if reason == "lookback" else stable_ttl(index))
     # The anchor: while the conversation's end is written for 5 minutes, a marker on its latest live
     # 1-hour entry refreshes that entry for free, so a longer pause loses only what came after it.
     if recall.anchor is not None and conversation_ttl == _SHORT and recall.anchor < len(blocks):
         take(recall.anchor, "anchor", _LONG)
-    for index, reason in ((system_end, "system"), (tools_end, "tools")):
+    for index, reason in stable:
         if index is not None:
-            take(index, reason, _LONG if index in recall.long_gap else _SHORT)
+            take(index, reason, stable_ttl(index))
 
     chosen = _lifetimes(wanted, census.fixed(), rules)
     planned = body
