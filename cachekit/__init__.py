@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cachekit import _moved
 from cachekit._version import __version__
 from cachekit.cache import Cache
 from cachekit.clients import cache_of, wrap
@@ -36,8 +35,6 @@ from cachekit.semantic.layer import SemanticConfig
 from cachekit.shape.lint import PrefixLintError
 from cachekit.stores import AsyncStore, MemoryStore, SQLiteStore, Store, store_from_url
 from cachekit.transport import AsyncCachingTransport, CachingTransport
-
-_moved.install()  # the modules that moved into a stage's folder keep their old import paths
 
 if TYPE_CHECKING:  # pragma: no cover - the real classes are SDK subclasses built on first access
     import anthropic

@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import cachekit
-from cachekit.exact import sse
+from cachekit.providers import sse
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 

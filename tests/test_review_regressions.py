@@ -10,7 +10,7 @@ import httpx2
 import pytest
 
 import cachekit
-from cachekit.exact.flights import Flight
+from cachekit.pipeline.flights import Flight
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.requests import anthropic_messages, openai_chat

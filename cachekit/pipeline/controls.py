@@ -16,9 +16,9 @@ from cachekit._types import Dialect
 from cachekit.config import MAX_TTL, MODES, CacheConfig, Mode, check_ttl
 from cachekit.context import UNSET, CallPolicy
 from cachekit.errors import ConfigError
-from cachekit.gaps import Expect, breakpoints_setting
 from cachekit.pipeline.view import Seen
 from cachekit.providers.state import Verdict, classify
+from cachekit.shape.lifetimes import Expect, breakpoints_setting
 
 __all__ = [
     "BREAKPOINTS_HEADER",
@@ -80,7 +80,7 @@ class Control:
     #: ``x-cachekit-conversation``: the conversation lint compares this request with.
     conversation: str | None = None
     #: The per-request tenant (header, else call site): it narrows the client's partition unless
-    #: ``trust_tenant_header`` lets it select one (:func:`cachekit.exact.keys.partition_for`).
+    #: ``trust_tenant_header`` lets it select one (:func:`cachekit.stores.keys.partition_for`).
     request_tenant: str | None = None
     #: What the caller knows about its traffic (a fixed lifetime, an expected gap): config or header.
     expect: Expect | None = None

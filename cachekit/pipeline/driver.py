@@ -20,15 +20,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cachekit._http import Request, Response
-from cachekit.breaker import CircuitBreaker
 from cachekit.config import CacheConfig
 from cachekit.context import current_policy
 from cachekit.cost.ledger import Ledger
-from cachekit.exact.flights import Flight, Flights
-from cachekit.pipeline import answers
+from cachekit.pipeline import respond
+from cachekit.pipeline.breaker import CircuitBreaker
 from cachekit.pipeline.controls import BadControl, Control, admit, read_control, strip_control_headers
 from cachekit.pipeline.effects import Exchange, Send, Step
 from cachekit.pipeline.exact import reechoed
+from cachekit.pipeline.flights import Flight, Flights
 from cachekit.pipeline.key import Call, Keyer
 from cachekit.pipeline.record_cost import Accountant
 from cachekit.pipeline.runtime import PipelineStats, Runtime
@@ -166,7 +166,7 @@ class Pipeline:
             control = read_control(headers, self.config, current_policy())
         except BadControl as exc:
             message = f"cachekit: {exc}"
-            return answers.synthetic(
+            return respond.synthetic(
                 request, route.dialect, 400, "invalid_request_error", message, reason="bad-control"
             )
         strip_control_headers(request, headers)
@@ -240,7 +240,7 @@ class Pipeline:
         if served is not None:
             replayed = reechoed(rt, served, view)
             if replayed is not None:
-                return answers.replay(view.request, replayed, key, rt.clock), None, None
+                return respond.replay(view.request, replayed, key, rt.clock), None, None
             # The echoed prompt could not be put back: answered upstream instead (flight is None).
         semantic: SemanticCall | None = None
         answer: Response | None = None
@@ -260,7 +260,7 @@ class Pipeline:
         if control.mode == "only-if-cached":
             rt.stats.add("misses")
             message = "cachekit: not in cache (x-cachekit: only-if-cached)"
-            return answers.synthetic(view.request, call.route.dialect, 504, "api_error", message), None, None
+            return respond.synthetic(view.request, call.route.dialect, 504, "api_error", message), None, None
         return None, flight, semantic
 
     def _remember(self, view: RequestView, verdict: Verdict) -> Seen:

@@ -115,7 +115,7 @@ class CacheRules:
     """Explicit mode: the block fields the API takes a breakpoint in, the one cachekit writes first."""
     marker_types: frozenset[str] | None = None
     """Explicit mode: the content-block types that may carry a breakpoint (``None``: the Messages API's
-    own list, :data:`cachekit.blocks` ``_MARKABLE_TYPES``)."""
+    own list, :data:`cachekit.shape.blocks` ``_MARKABLE_TYPES``)."""
     marker_roles: frozenset[str] | None = None
     """Explicit mode: the message roles whose blocks may carry one (``None``: any role)."""
     implicit_breakpoint: bool = False
