@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -235,3 +236,52 @@ def test_literal_block_markers_and_simple_tables_become_markdown() -> None:
     assert "| name | meaning |" in out
     assert "| one | the first, continued |" in out
     assert "| two | a \\| pipe |" in out
+
+
+def _drawn_tree(tree: str) -> dict[str, str]:
+    """Each exception a text tree draws, with the one drawn as its parent (``""`` for the root)."""
+    drawn: dict[str, str] = {}
+    parents: list[tuple[int, str]] = []
+    lines = tree.strip("\n").splitlines()
+    indent = len(lines[0]) - len(lines[0].lstrip())  # the root's: the tree is drawn right of it
+    for line in lines:
+        match = re.match(r"^([│├└─ ]*)(\w+)", line[indent:])
+        assert match, line
+        depth, name = len(match.group(1)), match.group(2)
+        while parents and parents[-1][0] >= depth:
+            parents.pop()
+        drawn[name] = parents[-1][1] if parents else ""
+        parents.append((depth, name))
+    return drawn
+
+
+def _page_tree() -> str:
+    text = (DOCS / "operations.md").read_text()
+    return text[text.index("```text\nCachekitError\n") + len("```text\n") :].split("```", 1)[0]
+
+
+def _module_tree() -> str:
+    from cachekit import errors
+
+    doc = errors.__doc__ or ""
+    return doc[doc.index("    CachekitError\n") :].split("\n\n", 1)[0]
+
+
+@pytest.mark.parametrize("tree", [_page_tree, _module_tree], ids=["docs/operations.md", "cachekit.errors"])
+def test_the_exception_tree_drawn_is_the_one_in_errors(tree: Callable[[], str]) -> None:
+    """docs/operations.md and cachekit.errors' docstring draw cachekit's exceptions: every one of
+    cachekit.errors, each under its parent, and nothing else."""
+    import inspect
+
+    from cachekit import errors
+
+    drawn = _drawn_tree(tree())
+    exceptions = {
+        name: obj
+        for name, obj in vars(errors).items()
+        if inspect.isclass(obj) and issubclass(obj, errors.CachekitError)
+    }
+    assert set(drawn) == set(exceptions), set(drawn) ^ set(exceptions)
+    for name, parent in drawn.items():
+        if name != "CachekitError":
+            assert exceptions[name].__bases__[0].__name__ == parent, name

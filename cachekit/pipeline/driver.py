@@ -25,7 +25,7 @@ from cachekit.context import current_policy
 from cachekit.cost.ledger import Ledger
 from cachekit.pipeline import respond
 from cachekit.pipeline.breaker import CircuitBreaker
-from cachekit.pipeline.controls import BadControl, Control, admit, read_control, strip_control_headers
+from cachekit.pipeline.controls import Control, _BadControl, admit, read_control, strip_control_headers
 from cachekit.pipeline.effects import Exchange, Send, Step
 from cachekit.pipeline.exact import reechoed
 from cachekit.pipeline.flights import Flight, Flights
@@ -36,7 +36,7 @@ from cachekit.pipeline.semantic import SemanticCall, SemanticStage
 from cachekit.pipeline.shape import Shaper
 from cachekit.pipeline.store import Storer
 from cachekit.pipeline.upstream import Upstream
-from cachekit.pipeline.view import FORM_FIELDS, Form, NotCanonical, RequestView, Seen, SeenBodies
+from cachekit.pipeline.view import FORM_FIELDS, Form, RequestView, Seen, SeenBodies, _NotCanonical
 from cachekit.providers import route_request
 from cachekit.providers.state import Verdict
 from cachekit.shape import canonical
@@ -164,7 +164,7 @@ class Pipeline:
         # Stage 1: read controls.
         try:
             control = read_control(headers, self.config, current_policy())
-        except BadControl as exc:
+        except _BadControl as exc:
             message = f"cachekit: {exc}"
             return respond.synthetic(
                 request, route.dialect, 400, "invalid_request_error", message, reason="bad-control"
@@ -184,7 +184,7 @@ class Pipeline:
             # Not a JSON object (multipart upload, a body we cannot read), the cache is off, the caller
             # asked to bypass, or the answer depends on live data or state outside the request: send it
             # as it is (canonical when it is JSON), never coalesced, never stored.
-            with contextlib.suppress(NotCanonical):  # then it goes as the caller wrote it
+            with contextlib.suppress(_NotCanonical):  # then it goes as the caller wrote it
                 view.canonicalize(self._options)
             return (yield from self._upstream.uncached(view, control, reason=reason))
 
@@ -192,7 +192,7 @@ class Pipeline:
         if seen is None:
             try:
                 view.canonicalize(self._options)
-            except NotCanonical:
+            except _NotCanonical:
                 # Valid JSON that cannot be keyed (nested deeper than orjson writes): as it is.
                 return (yield from self._upstream.uncached(view, control, reason="not-keyable"))
             seen = self._remember(view, admission.verdict or Verdict())

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import orjson
 
-from cachekit.errors import ConfigError
+from cachekit.errors import CacheRulesError, UnknownProviderError
 
 __all__ = [
     "CacheRules",
@@ -75,14 +75,6 @@ _ROW_FIELDS = frozenset(
 )
 # Fields a row may not inherit: where the numbers come from is per row.
 _OWN_FIELDS = frozenset({"provider", "prefix", "source", "context_window_source", "checked", "note"})
-
-
-class CacheRulesError(ConfigError):
-    """The cache-rules file is malformed; the message names the row (index, provider, prefix) and field."""
-
-
-class UnknownProviderError(CacheRulesError, LookupError):
-    """No cache rules exist for the provider asked about."""
 
 
 @dataclass(frozen=True, slots=True)

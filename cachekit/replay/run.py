@@ -24,6 +24,7 @@ from cachekit._progress import Progress
 from cachekit._types import Ttl
 from cachekit.cost.prices import PriceTable, default_prices
 from cachekit.cost.usage import UsageRecord, usage_of_body
+from cachekit.errors import TraceError
 from cachekit.replay.layouts import Layout, apply_openai_policy, dialect_of, policies_of, rewrite
 from cachekit.shape.blocks import cache_context, prompt_blocks
 from cachekit.shape.planner import add_marker
@@ -56,10 +57,6 @@ POLICIES = (
 )
 _EPHEMERAL = {"type": "ephemeral"}
 _PLANNED = ("cachekit", "oracle-ttl")  # sent as written; cachekit's planner places the markers
-
-
-class TraceError(ValueError):
-    """A trace line that cannot be replayed; the message names the line (and conversation)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ import orjson
 
 from cachekit import _fork
 from cachekit._types import Ttl
+from cachekit.errors import PlanError
 from cachekit.providers.cache_rules import MARKER_FIELDS, CacheRules, UnknownProviderError, cache_rules
 from cachekit.providers.registry import ROUTING_HEADERS, RULES_AS
 from cachekit.shape.blocks import (
@@ -97,10 +98,6 @@ _FIVE_MINUTES = 300.0
 _ONE_HOUR = 3600.0
 _ANTHROPIC_DIALECTS = ("anthropic_messages", "anthropic_count_tokens")
 _SECTION = operator.attrgetter("section")
-
-
-class PlanError(ValueError):
-    """A request the provider would refuse for its ``cache_control`` markers; the message names the blocks."""
 
 
 @dataclass(frozen=True, slots=True)
