@@ -285,3 +285,71 @@ def test_the_exception_tree_drawn_is_the_one_in_errors(tree: Callable[[], str]) 
     for name, parent in drawn.items():
         if name != "CachekitError":
             assert exceptions[name].__bases__[0].__name__ == parent, name
+
+
+#: ``cachekit/...`` paths, and paths of the package's folders written without it (``pipeline/key.py``),
+#: as the pages name them: a Python or data file, or a folder (a trailing ``/``). Module paths are lower
+#: case: ``pipeline/X.py`` stands for any stage.
+_PATH = re.compile(r"(?<![\w/.$~-])((?:[a-z_]+/)+(?:[a-z0-9_-]+\.(?:py|json))?)(?![\w/])")
+#: Dotted names under cachekit: modules, and names in them (``cachekit.shape.planner.plan_breakpoints``).
+_DOTTED = re.compile(r"(?<![\w/.-])cachekit(?:\.[A-Za-z_]\w*)+")
+_LOGGER = re.compile(r"""getLogger\(\s*["'](cachekit[\w.]*)["']""")
+
+
+def _doc_pages() -> list[Path]:
+    return [*PAGES, ROOT / "README.md"]
+
+
+def _loggers() -> set[str]:
+    """The logger names cachekit logs under: a page may name one (``cachekit.flights``) as a logger."""
+    return {name for path in (ROOT / "cachekit").rglob("*.py") for name in _LOGGER.findall(path.read_text())}
+
+
+def _resolves(dotted: str) -> bool:
+    """``dotted`` is a module of cachekit, or a name defined in one."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_every_module_path_the_pages_name_exists() -> None:
+    """Each ``cachekit/x/y.py`` path (or ``x/y.py`` under cachekit/) and each ``cachekit.x.y`` name
+    in docs/ and the README is there: moving a module without its pages fails here."""
+    loggers = _loggers()
+    missing: list[str] = []
+    for page in _doc_pages():
+        text = page.read_text()
+        where = str(page.relative_to(ROOT))
+        for path in set(_PATH.findall(text)):
+            if path.endswith("/") and not path.startswith("cachekit/"):
+                continue  # a folder named alone may be anything (`dist/`, a JSON path `tools/*/...`)
+            # From the repository's root (cachekit/..., tests/..., docs/...), else from cachekit/.
+            if not (ROOT / path).exists() and not (ROOT / "cachekit" / path).exists():
+                missing.append(f"{where}: {path}")
+        for dotted in set(_DOTTED.findall(text)):
+            if dotted not in loggers and not _resolves(dotted):
+                missing.append(f"{where}: {dotted}")
+    assert not missing, missing
+
+
+def test_the_path_check_sees_paths_and_names_in_prose() -> None:
+    text = (
+        "`cachekit/exact/keys.py`, `pipeline/gaps.py`, :mod:`cachekit.gaps`, `cachekit.flights`, `cachekit/`"
+    )
+    assert sorted(_PATH.findall(text)) == ["cachekit/", "cachekit/exact/keys.py", "pipeline/gaps.py"]
+    assert sorted(_DOTTED.findall(text)) == ["cachekit.flights", "cachekit.gaps"]
+    assert not _resolves("cachekit.gaps")
+    assert not _resolves("cachekit.exact.keys")
+    assert _resolves("cachekit.stores.keys.store_key")
+    assert "cachekit.flights" in _loggers()  # a logger, not a module
