@@ -1,7 +1,7 @@
 """What taking the usage cachekit asked for out of a Chat stream costs, per chunk.
 
 A Chat stream the caller asked without ``stream_options.include_usage`` goes upstream asking for it,
-and the caller gets the stream without it (``cachekit.exact.sse.UsageStripper``): on a miss, chunk by
+and the caller gets the stream without it (``cachekit.providers.sse.UsageStripper``): on a miss, chunk by
 chunk as the stream passes; on a hit, over the stored stream (``restream``). For comparison, what
 assembling the same stream into one document costs (every stream miss pays it once, in the recorder's
 completeness check). Prints the best of several rounds, in microseconds per chunk.
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import orjson
 
-from cachekit.exact import sse
+from cachekit.providers import sse
 
 HEAD = {
     "id": "chatcmpl-bench",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cachekit import _moved
 from cachekit._version import __version__
 from cachekit.cache import Cache
 from cachekit.clients import cache_of, wrap
@@ -23,21 +22,28 @@ from cachekit.context import CallPolicy, current_policy, policy
 from cachekit.decorator import cached
 from cachekit.errors import (
     CachekitError,
+    CacheRuleError,
+    CacheRulesError,
     CacheUnavailableError,
     ConfigError,
     CorruptEntryError,
+    DimensionMismatchError,
     MemoizeError,
     MemoizeWarning,
     MissingExtraError,
+    PlanError,
+    PrefixLintError,
+    PriceTableError,
+    SemanticError,
     StoreError,
     StoreUnavailableError,
+    StreamError,
+    TraceError,
+    UnknownProviderError,
 )
 from cachekit.semantic.layer import SemanticConfig
-from cachekit.shape.lint import PrefixLintError
 from cachekit.stores import AsyncStore, MemoryStore, SQLiteStore, Store, store_from_url
 from cachekit.transport import AsyncCachingTransport, CachingTransport
-
-_moved.install()  # the modules that moved into a stage's folder keep their old import paths
 
 if TYPE_CHECKING:  # pragma: no cover - the real classes are SDK subclasses built on first access
     import anthropic
@@ -74,23 +80,32 @@ __all__ = [
     "AsyncStore",
     "Cache",
     "CacheConfig",
+    "CacheRuleError",
+    "CacheRulesError",
     "CacheUnavailableError",
     "CachekitError",
     "CachingTransport",
     "CallPolicy",
     "ConfigError",
     "CorruptEntryError",
+    "DimensionMismatchError",
     "MemoizeError",
     "MemoizeWarning",
     "MemoryStore",
     "MissingExtraError",
     "OpenAI",
+    "PlanError",
     "PrefixLintError",
+    "PriceTableError",
     "SQLiteStore",
     "SemanticConfig",
+    "SemanticError",
     "Store",
     "StoreError",
     "StoreUnavailableError",
+    "StreamError",
+    "TraceError",
+    "UnknownProviderError",
     "__version__",
     "cache_of",
     "cached",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from cachekit._home import cachekit_home
 from cachekit._types import ToolOrder
 from cachekit.errors import ConfigError
-from cachekit.gaps import breakpoints_setting
+from cachekit.shape.lifetimes import breakpoints_setting
 from cachekit.stores.base import AsyncStore, Store
 
 if TYPE_CHECKING:
@@ -148,11 +148,11 @@ class CacheConfig:
             one warning per client names this option.
         breakpoints: ``auto`` (default): place ``cache_control`` breakpoints on requests to providers
             with explicit prompt caching (Anthropic, Bailian) and set ``prompt_cache_key`` on OpenAI
-            requests that have none (see :mod:`cachekit.shape.planner`), with 1-hour lifetimes where the
-            tenant's timing statistics say they pay (:mod:`cachekit.gaps`); ``"5m"`` or ``"1h"``: the
-            same markers, all with that lifetime; a positive number: the expected seconds between a
-            conversation's requests, which decides the lifetime (1 hour for gaps between 5 minutes
-            and an hour); ``off``: send prompts as written. The header
+            requests that have none (see :mod:`cachekit.shape.planner`), with 1-hour lifetimes where
+            the tenant's timing statistics say they pay (:mod:`cachekit.shape.lifetimes`); ``"5m"`` or
+            ``"1h"``: the same markers, all with that lifetime; a positive number: the expected seconds
+            between a conversation's requests, which decides the lifetime (1 hour for gaps between 5
+            minutes and an hour); ``off``: send prompts as written. The header
             ``x-cachekit-breakpoints`` (any of these values) overrides it per request.
         lint: report volatile content in the cached prefix (timestamps, ids, reordered tools, a
             changed ``tool_choice``...) before each upstream call: ``warn`` (default: logged once per

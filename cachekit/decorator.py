@@ -23,7 +23,7 @@ from cachekit import _fork
 from cachekit.cache import Cache, CacheLike, as_cache
 from cachekit.context import UNSET, CallPolicy, _current, _Unset, make_policy
 from cachekit.errors import MemoizeError, MemoizeWarning
-from cachekit.exact.keys import MEMO_KIND, digest_fields, store_key, tenant_partition
+from cachekit.stores.keys import MEMO_KIND, digest_fields, store_key, tenant_partition
 
 __all__ = ["cached"]
 

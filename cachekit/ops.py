@@ -3,13 +3,13 @@
 These run from ``cachekit stats``, ``cachekit purge`` and ``cachekit health`` (or a readiness probe in
 your own service), never on a request's path: listing a Redis store is a ``SCAN`` over every node.
 They read only the clear parts of store keys (kind, namespace, partition; see
-:func:`cachekit.exact.keys.store_key`), so they work on encrypted stores too and never see a prompt.
+:func:`cachekit.stores.keys.store_key`), so they work on encrypted stores too and never see a prompt.
 
 The semantic index is counted and purged by the same rule (:func:`store_stats` with ``index=``,
 :func:`purge_semantic`): its partitions are opaque digests, but every indexed question names the store
 key of the answer it points at, and that key's namespace and partition select it.
 
-Every kind of key cachekit writes is in one table (:data:`cachekit.exact.keys.LAYERS`): exact
+Every kind of key cachekit writes is in one table (:data:`cachekit.stores.keys.LAYERS`): exact
 responses, memoized results, the planner's timing statistics, the operator tools' probes. Statistics
 count each under its layer, and a purge by tenant, namespace or age removes each kind that has them.
 """
@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachekit.errors import ConfigError, StoreError
-from cachekit.exact.keys import (
+from cachekit.semantic.base import PurgeableIndex
+from cachekit.stores.base import EntryInfo, Inspectable, Store, is_inspectable
+from cachekit.stores.keys import (
     LAYERS,
     PROBE_KIND,
     KeyParts,
@@ -34,8 +36,6 @@ from cachekit.exact.keys import (
     partition_names_tenant,
     probe_key,
 )
-from cachekit.semantic.base import PurgeableIndex
-from cachekit.stores.base import EntryInfo, Inspectable, Store, is_inspectable
 
 __all__ = [
     "Health",

@@ -88,7 +88,6 @@ from cachekit.cache import Cache, CacheLike
 from cachekit.clients import drop_in_class
 from cachekit.config import CacheConfig
 from cachekit.cost.ledger import Ledger, MemorySink
-from cachekit.exact.flights import Signal
 from cachekit.local.backend import LocalBackend
 from cachekit.local.scripted import ByteTokenizer, Script, ScriptedEngine
 from cachekit.local.transport import LocalTransport, aiter_reply, build_response, iter_reply
@@ -103,6 +102,7 @@ from cachekit.local.wire import (
     request_id,
     stream_error_event,
 )
+from cachekit.pipeline.flights import Signal
 
 if TYPE_CHECKING:
     from anthropic import Anthropic, AsyncAnthropic

@@ -25,7 +25,6 @@ import orjson
 import pytest
 
 from cachekit._types import Dialect
-from cachekit.exact import sse
 from cachekit.local import (
     REDACTED_THINKING_TRIGGER,
     REFUSAL_TRIGGER,
@@ -43,6 +42,7 @@ from cachekit.local import (
 )
 from cachekit.local.engine import GenerationState
 from cachekit.local.parse import parse
+from cachekit.providers import sse
 from cachekit.testing import FakeUpstream
 from tests.conftest import SDK, Harness
 from tests.sdk_events import read_typed, untyped

@@ -8,8 +8,8 @@ import httpx2
 import pytest
 
 import cachekit
-from cachekit.breaker import CircuitBreaker
 from cachekit.errors import CacheUnavailableError, ConfigError, StoreError, StoreUnavailableError
+from cachekit.pipeline.breaker import CircuitBreaker
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.requests import openai_chat as _openai_chat

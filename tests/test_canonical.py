@@ -1,4 +1,4 @@
-"""Tests for cachekit.canonical: properties over generated request bodies, plus worked examples."""
+"""Tests for cachekit.shape.canonical: properties over generated request bodies, plus worked examples."""
 
 from __future__ import annotations
 

@@ -318,3 +318,32 @@ def test_semantic_eval_states_the_threshold_it_uses() -> None:
     (evaluation,) = [p for p in _parsers(cli._build_parser()) if p.prog.endswith(" semantic-eval")]
     (threshold,) = [a for a in evaluation._actions if "--threshold" in a.option_strings]
     assert f"default: the semantic cache's, {DEFAULT_THRESHOLD:g})" in str(threshold.help)
+
+
+def test_the_commands_load_what_they_run_only_when_they_run() -> None:
+    """Building the parser (every command group's ``register``) loads neither the local backend nor
+    the demo: ``cachekit health`` as a readiness probe does not pay for them (docs/architecture.md)."""
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from cachekit.cli import _build_parser\n"
+        "_build_parser()\n"
+        "print(sorted(m for m in ('cachekit.local', 'cachekit.cli.demo_run', 'cachekit.semantic.evaluate')"
+        " if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_every_command_group_module_is_registered() -> None:
+    """Each module of cachekit/cli/ but the demo's machinery is a command group whose ``register`` the
+    parser calls (docs/architecture.md): a new module cannot be left out of ``cachekit --help``."""
+    import importlib
+    import pkgutil
+
+    names = {info.name for info in pkgutil.iter_modules(cli.__path__)} - {"demo_run"}
+    groups = {module.__name__.rpartition(".")[2] for module in cli._GROUPS}
+    assert names == groups
+    for name in names:
+        assert callable(importlib.import_module(f"cachekit.cli.{name}").register)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cachekit.demo import QUESTIONS, DemoResult, Row, chart_figure, run_demo
+from cachekit.cli.demo_run import QUESTIONS, DemoResult, Row, chart_figure, run_demo
 
 pytestmark = pytest.mark.slow  # the semantic cache loads its embedding model
 
@@ -271,13 +271,13 @@ def test_where_the_time_goes_on_a_model_and_billing_stays_per_request(tmp_path: 
 def test_torch_threads_for_the_model_are_the_idle_cores(
     cores: int, load: float, default: int, threads: int
 ) -> None:
-    from cachekit.demo import _cpu_threads
+    from cachekit.cli.demo_run import _cpu_threads
 
     assert _cpu_threads(cores, load, default) == threads
 
 
 def test_a_generation_is_replayed_only_for_the_same_rendered_prompt() -> None:
-    from cachekit.demo import _SharedModel
+    from cachekit.cli.demo_run import _SharedModel
     from cachekit.local import Prompt, Turn, make_engine
 
     engine = make_engine("transformers", model="tiny", max_new_tokens=6)

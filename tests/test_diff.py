@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cachekit._cli_prefix import register
+from cachekit.cli.prefix import register
 from cachekit.shape.diff import Divergence, diff_requests, guess_dialect, load_request
 from cachekit.shape.tokens import encoding
 

@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -235,3 +236,120 @@ def test_literal_block_markers_and_simple_tables_become_markdown() -> None:
     assert "| name | meaning |" in out
     assert "| one | the first, continued |" in out
     assert "| two | a \\| pipe |" in out
+
+
+def _drawn_tree(tree: str) -> dict[str, str]:
+    """Each exception a text tree draws, with the one drawn as its parent (``""`` for the root)."""
+    drawn: dict[str, str] = {}
+    parents: list[tuple[int, str]] = []
+    lines = tree.strip("\n").splitlines()
+    indent = len(lines[0]) - len(lines[0].lstrip())  # the root's: the tree is drawn right of it
+    for line in lines:
+        match = re.match(r"^([│├└─ ]*)(\w+)", line[indent:])
+        assert match, line
+        depth, name = len(match.group(1)), match.group(2)
+        while parents and parents[-1][0] >= depth:
+            parents.pop()
+        drawn[name] = parents[-1][1] if parents else ""
+        parents.append((depth, name))
+    return drawn
+
+
+def _page_tree() -> str:
+    text = (DOCS / "operations.md").read_text()
+    return text[text.index("```text\nCachekitError\n") + len("```text\n") :].split("```", 1)[0]
+
+
+def _module_tree() -> str:
+    from cachekit import errors
+
+    doc = errors.__doc__ or ""
+    return doc[doc.index("    CachekitError\n") :].split("\n\n", 1)[0]
+
+
+@pytest.mark.parametrize("tree", [_page_tree, _module_tree], ids=["docs/operations.md", "cachekit.errors"])
+def test_the_exception_tree_drawn_is_the_one_in_errors(tree: Callable[[], str]) -> None:
+    """docs/operations.md and cachekit.errors' docstring draw cachekit's exceptions: every one of
+    cachekit.errors, each under its parent, and nothing else."""
+    import inspect
+
+    from cachekit import errors
+
+    drawn = _drawn_tree(tree())
+    exceptions = {
+        name: obj
+        for name, obj in vars(errors).items()
+        if inspect.isclass(obj) and issubclass(obj, errors.CachekitError)
+    }
+    assert set(drawn) == set(exceptions), set(drawn) ^ set(exceptions)
+    for name, parent in drawn.items():
+        if name != "CachekitError":
+            assert exceptions[name].__bases__[0].__name__ == parent, name
+
+
+#: ``cachekit/...`` paths, and paths of the package's folders written without it (``pipeline/key.py``),
+#: as the pages name them: a Python or data file, or a folder (a trailing ``/``). Module paths are lower
+#: case: ``pipeline/X.py`` stands for any stage.
+_PATH = re.compile(r"(?<![\w/.$~-])((?:[a-z_]+/)+(?:[a-z0-9_-]+\.(?:py|json))?)(?![\w/])")
+#: Dotted names under cachekit: modules, and names in them (``cachekit.shape.planner.plan_breakpoints``).
+_DOTTED = re.compile(r"(?<![\w/.-])cachekit(?:\.[A-Za-z_]\w*)+")
+_LOGGER = re.compile(r"""getLogger\(\s*["'](cachekit[\w.]*)["']""")
+
+
+def _doc_pages() -> list[Path]:
+    return [*PAGES, ROOT / "README.md"]
+
+
+def _loggers() -> set[str]:
+    """The logger names cachekit logs under: a page may name one (``cachekit.flights``) as a logger."""
+    return {name for path in (ROOT / "cachekit").rglob("*.py") for name in _LOGGER.findall(path.read_text())}
+
+
+def _resolves(dotted: str) -> bool:
+    """``dotted`` is a module of cachekit, or a name defined in one."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_every_module_path_the_pages_name_exists() -> None:
+    """Each ``cachekit/x/y.py`` path (or ``x/y.py`` under cachekit/) and each ``cachekit.x.y`` name
+    in docs/ and the README is there: moving a module without its pages fails here."""
+    loggers = _loggers()
+    missing: list[str] = []
+    for page in _doc_pages():
+        text = page.read_text()
+        where = str(page.relative_to(ROOT))
+        for path in set(_PATH.findall(text)):
+            if path.endswith("/") and not path.startswith("cachekit/"):
+                continue  # a folder named alone may be anything (`dist/`, a JSON path `tools/*/...`)
+            # From the repository's root (cachekit/..., tests/..., docs/...), else from cachekit/.
+            if not (ROOT / path).exists() and not (ROOT / "cachekit" / path).exists():
+                missing.append(f"{where}: {path}")
+        for dotted in set(_DOTTED.findall(text)):
+            if dotted not in loggers and not _resolves(dotted):
+                missing.append(f"{where}: {dotted}")
+    assert not missing, missing
+
+
+def test_the_path_check_sees_paths_and_names_in_prose() -> None:
+    text = (
+        "`cachekit/exact/keys.py`, `pipeline/gaps.py`, :mod:`cachekit.gaps`, `cachekit.flights`, `cachekit/`"
+    )
+    assert sorted(_PATH.findall(text)) == ["cachekit/", "cachekit/exact/keys.py", "pipeline/gaps.py"]
+    assert sorted(_DOTTED.findall(text)) == ["cachekit.flights", "cachekit.gaps"]
+    assert not _resolves("cachekit.gaps")
+    assert not _resolves("cachekit.exact.keys")
+    assert _resolves("cachekit.stores.keys.store_key")
+    assert "cachekit.flights" in _loggers()  # a logger, not a module

@@ -1,4 +1,4 @@
-"""cachekit.echo: echoed prompt fields are stripped before storing and restored on replay."""
+"""cachekit.providers.echo: echoed prompt fields are stripped before storing and restored on replay."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from cachekit._types import Dialect
-from cachekit.exact.echo import ECHOED_FIELDS, restore_echo, strip_echo
-from cachekit.exact.sse import SSEDecoder, assemble
+from cachekit.providers.echo import ECHOED_FIELDS, restore_echo, strip_echo
+from cachekit.providers.sse import SSEDecoder, assemble
 from cachekit.testing import FakeUpstream
 
 GPT = "gpt-4.1-mini"

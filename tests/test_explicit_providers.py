@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 from cachekit.cost.prices import PriceTable
 from cachekit.local import LocalBackend, LocalTransport, ManualClock, ScriptedEngine
-from cachekit.providers.breakpoints import rebind
 from cachekit.providers.cache_rules import cache_rules
 from cachekit.replay import read_traces, replay
 from cachekit.shape.blocks import prompt_blocks
+from cachekit.shape.markers import rebind
 from cachekit.shape.planner import Planner
 from cachekit.shape.tokens import encoding
 from tests import sdk_shapes

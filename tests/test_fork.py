@@ -36,7 +36,7 @@ import cachekit
 from cachekit import transport
 from cachekit.cost.ledger import CallRecord, Ledger, SQLiteSink
 from cachekit.cost.usage import UsageRecord
-from cachekit.exact.flights import Flights
+from cachekit.pipeline.flights import Flights
 from cachekit.semantic.layer import SemanticConfig, SemanticLayer
 from cachekit.stores import MemoryStore, RedisStore, SQLiteStore
 from tests.conftest import SDK, Harness

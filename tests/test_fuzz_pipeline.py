@@ -41,7 +41,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 import cachekit
-from cachekit.exact import sse
+from cachekit.providers import sse
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.fuzzing import fuzz

@@ -1,6 +1,10 @@
-"""No module of cachekit imports itself through others: not at import time, not for type checking,
-not inside a function. A cycle makes the import order matter and the layers impossible to read
-bottom-up (``config`` and ``cost.ledger`` used to import each other)."""
+"""No module of cachekit imports itself through others, and no import runs upward: not at import time,
+not for type checking, not inside a function. A cycle makes the import order matter and the layers
+impossible to read bottom-up (``config`` and ``cost.ledger`` used to import each other).
+
+The layers (:data:`LAYERS`, bottom first) are the folders and top-level modules of ``cachekit/``: a
+module imports its own folder and the layers below its own, never a layer above, and the folders of
+one layer never import each other. A new folder or top-level module takes a place in the table."""
 
 from __future__ import annotations
 
@@ -10,6 +14,45 @@ from pathlib import Path
 import cachekit
 
 PACKAGE = Path(cachekit.__file__).parent
+
+
+#: The folders and top-level modules of cachekit, in layers, bottom first (``cachekit`` is the
+#: package's ``__init__``: the public face, which replay and the command line build on).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("_version", "_types", "_home", "_fork", "_closing", "_progress"),  # import nothing of cachekit
+    ("_http", "errors"),
+    ("providers", "stores", "cost"),  # what each provider is; where bytes are kept; what calls cost
+    ("shape",),  # canonical form, blocks, lint, breakpoints and their lifetimes
+    ("semantic",),
+    ("config", "ops"),
+    ("context", "local"),
+    ("pipeline",),  # the stages, over everything above
+    ("cache",),
+    ("transport", "decorator"),
+    ("clients",),
+    ("cachekit", "testing"),
+    ("replay",),
+    ("cli",),
+    ("__main__",),
+)
+
+
+def unit_of(module: str) -> str:
+    """The folder or top-level module of cachekit that ``module`` belongs to (``cachekit`` for the
+    package's ``__init__``)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` for each import of a layer's own or a higher layer's folder."""
+    layer = {unit: i for i, units in enumerate(LAYERS) for unit in units}
+    return sorted(
+        f"{module} -> {other}"
+        for module, imported in graph.items()
+        for other in imported
+        if unit_of(module) != unit_of(other) and layer[unit_of(other)] >= layer[unit_of(module)]
+    )
 
 
 def module_name(path: Path) -> str:
@@ -101,3 +144,25 @@ def test_the_import_graph_sees_type_checking_and_deferred_imports() -> None:
 
 def test_no_import_cycles() -> None:
     assert cycles(import_graph()) == []
+
+
+def test_every_folder_and_top_level_module_has_one_layer() -> None:
+    listed = [unit for units in LAYERS for unit in units]
+    assert len(listed) == len(set(listed))
+    assert {unit_of(module) for module in import_graph()} == set(listed)
+
+
+def test_the_layer_check_finds_an_upward_import_and_one_between_siblings() -> None:
+    graph = {
+        "cachekit.stores.keys": {"cachekit._types", "cachekit.pipeline.key"},  # upward
+        "cachekit.providers.sse": {"cachekit.providers.answers", "cachekit.stores.record"},  # sideways
+        "cachekit.pipeline.key": {"cachekit.stores.keys", "cachekit.pipeline.view"},  # down, and its own
+    }
+    assert upward_imports(graph) == [
+        "cachekit.providers.sse -> cachekit.stores.record",
+        "cachekit.stores.keys -> cachekit.pipeline.key",
+    ]
+
+
+def test_no_import_runs_upward() -> None:
+    assert upward_imports(import_graph()) == []

@@ -23,11 +23,11 @@ import pytest
 import redis
 
 import cachekit
-from cachekit.exact.keys import EXACT_KIND, key_prefix
 from cachekit.semantic import Candidate, SemanticConfig
 from cachekit.semantic.binding import EntryBinding
 from cachekit.semantic.index_memory import MemoryVectorIndex
 from cachekit.semantic.index_redis import RedisVectorIndex
+from cachekit.stores.keys import EXACT_KIND, key_prefix
 from tests.conftest import Harness
 from tests.redis_servers import RedisServer, escape_glob, redis8_server
 

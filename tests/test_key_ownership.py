@@ -9,7 +9,7 @@ delete fails, ``semantic-eval`` whose clean-up fails).
 
 Then every key on both servers is read raw (``SCAN``) and sorted by the layouts docs/operations.md
 describes: the store's secret, a store entry (whose store key must have a kind of the key schema,
-:data:`cachekit.exact.keys.LAYERS`), or a semantic partition's three keys. A key of any other shape,
+:data:`cachekit.stores.keys.LAYERS`), or a semantic partition's three keys. A key of any other shape,
 a store key of an unknown kind, or a kind of the schema that no feature here wrote fails the test, so
 a new kind of key is either known to stats and purge or noticed here. ``cachekit stats --json`` must
 count exactly what is there, and each ``cachekit purge`` (tenant, namespace, age, all) must leave
@@ -36,7 +36,15 @@ import cachekit
 from cachekit import cli
 from cachekit.cache import Cache
 from cachekit.errors import StoreError
-from cachekit.exact.keys import (
+from cachekit.local import ByteTokenizer, LocalBackend, LocalTransport, ManualClock, ScriptedEngine
+from cachekit.ops import health, store_stats
+from cachekit.semantic import SemanticConfig
+from cachekit.semantic.embedders import default_embedder
+from cachekit.semantic.evaluate import Pair, evaluate
+from cachekit.semantic.index_memory import MemoryVectorIndex
+from cachekit.semantic.index_redis import RedisVectorIndex
+from cachekit.stores import MemoryStore
+from cachekit.stores.keys import (
     EXACT_KIND,
     LAYERS,
     PROBE_KIND,
@@ -46,14 +54,6 @@ from cachekit.exact.keys import (
     probe_key,
     store_key,
 )
-from cachekit.local import ByteTokenizer, LocalBackend, LocalTransport, ManualClock, ScriptedEngine
-from cachekit.ops import health, store_stats
-from cachekit.semantic import SemanticConfig
-from cachekit.semantic.embedders import default_embedder
-from cachekit.semantic.evaluate import Pair, evaluate
-from cachekit.semantic.index_memory import MemoryVectorIndex
-from cachekit.semantic.index_redis import RedisVectorIndex
-from cachekit.stores import MemoryStore
 from cachekit.stores.redis import RedisStore
 from cachekit.testing import FakeUpstream
 from tests.redis_servers import RedisServer, redis7_server, redis8_server

@@ -25,7 +25,7 @@ import pytest
 import cachekit
 from cachekit.context import CallPolicy
 from cachekit.errors import ConfigError
-from cachekit.pipeline.controls import BadControl, Control, admit, read_control
+from cachekit.pipeline.controls import Control, _BadControl, admit, read_control
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.conftest import SDK, Harness
@@ -508,7 +508,7 @@ def test_admission_bounds_the_ttl_and_the_age_of_a_vouched_url() -> None:
 def test_the_header_wins_over_the_call_site() -> None:
     control = _control({"x-cachekit-url-ttl": "30"}, CallPolicy(url_ttl=900.0))
     assert control.url_ttl == 30.0
-    with pytest.raises(BadControl):
+    with pytest.raises(_BadControl):
         _control({"x-cachekit-url-ttl": "1e999"})
 
 

@@ -14,9 +14,9 @@ import pytest
 import cachekit
 from cachekit import cli
 from cachekit.errors import ConfigError, StoreError
-from cachekit.exact.keys import EXACT_KIND, parse_key, store_key
 from cachekit.ops import health, purge, store_stats
 from cachekit.stores import MemoryStore, SQLiteStore
+from cachekit.stores.keys import EXACT_KIND, parse_key, store_key
 from cachekit.stores.redis import RedisStore
 from cachekit.testing import FakeUpstream
 from tests.redis_servers import redis7_server, redis_cluster  # noqa: F401  (fixtures)

@@ -29,7 +29,7 @@ import cachekit
 from cachekit.cache import Cache
 from cachekit.local import LocalBackend, LocalTransport, ManualClock, ScriptedEngine
 from cachekit.local.accounting import AnthropicCache
-from cachekit.local.parse import BadRequest, parse
+from cachekit.local.parse import _BadRequest, parse
 from cachekit.local.scripted import ByteTokenizer
 from cachekit.providers.cache_rules import cache_rules
 from cachekit.shape.blocks import prompt_blocks
@@ -316,8 +316,8 @@ def test_planning_keeps_every_rule(case: tuple[dict[str, Any], list[int], Recall
     # unless it refuses the caller's own body (an empty text block, say): planning never fixes that.
     try:
         parse("messages", body, ByteTokenizer())
-    except BadRequest:
-        with pytest.raises(BadRequest):
+    except _BadRequest:
+        with pytest.raises(_BadRequest):
             parse("messages", planned, ByteTokenizer())
         return
     parsed = parse("messages", planned, ByteTokenizer())

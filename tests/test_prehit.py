@@ -300,7 +300,7 @@ def test_anthropic_messages_create_still_runs_each_call(harness: Harness) -> Non
 
 
 def test_the_memo_is_bounded() -> None:
-    from cachekit.request_memo import RequestMemo, record_post
+    from cachekit.clients.memo import RequestMemo, record_post
 
     sdk = openai.OpenAI(api_key="sk", http_client=httpx2.Client(transport=httpx2.MockTransport(_ok)))
     memo = RequestMemo(max_entries=2, max_bytes=1 << 20)

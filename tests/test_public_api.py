@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import cachekit
+from cachekit import errors
 
 
 def test_all_is_sorted_and_complete() -> None:
@@ -42,6 +43,55 @@ def test_every_public_name_has_a_docstring(module_name: str) -> None:
                         inspect.isfunction(member) or isinstance(member, property)
                     ):
                         assert inspect.getdoc(member), f"{module_name}.{name}.{attr} has no docstring"
+
+
+def _exception_classes() -> dict[str, type[BaseException]]:
+    """Every exception class a public module of cachekit offers by a public name (``module.Name``)."""
+    found: dict[str, type[BaseException]] = {}
+    for module_name in _public_modules():
+        module = importlib.import_module(module_name)
+        for name, obj in vars(module).items():
+            if (
+                not name.startswith("_")
+                and inspect.isclass(obj)
+                and issubclass(obj, BaseException)
+                and obj.__module__.startswith("cachekit")
+            ):
+                found[f"{module_name}.{name}"] = obj
+    return found
+
+
+def test_every_public_exception_is_in_the_one_tree() -> None:
+    """An exception a caller can meet is a CachekitError (a warning, a Warning), is importable from
+    cachekit.errors and from cachekit itself; exceptions that never leave cachekit are private (``_``)."""
+    found = _exception_classes()
+    assert "cachekit.shape.planner.PlanError" in found  # the walk sees the modules that raise them
+    for where, cls in sorted(found.items()):
+        assert issubclass(cls, (errors.CachekitError, Warning)), f"{where} is not a CachekitError"
+        assert getattr(errors, cls.__name__, None) is cls, f"{where} is not in cachekit.errors"
+        assert cls.__name__ in errors.__all__, where
+        assert getattr(cachekit, cls.__name__, None) is cls, f"{where} is not exported by cachekit"
+
+
+@pytest.mark.parametrize(
+    ("name", "builtin"),
+    [
+        ("ConfigError", ValueError),
+        ("CacheRulesError", ValueError),
+        ("UnknownProviderError", LookupError),
+        ("PriceTableError", ValueError),
+        ("MissingExtraError", ImportError),
+        ("MemoizeError", TypeError),
+        ("PlanError", ValueError),
+        ("CacheRuleError", ValueError),
+        ("StreamError", ValueError),
+        ("TraceError", ValueError),
+        ("DimensionMismatchError", ValueError),
+    ],
+)
+def test_an_error_keeps_its_builtin_base(name: str, builtin: type[Exception]) -> None:
+    """``except ValueError`` (and the like) written before the error joined the tree still catches it."""
+    assert issubclass(getattr(errors, name), builtin)
 
 
 def test_import_does_not_import_the_sdks() -> None:

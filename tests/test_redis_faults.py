@@ -20,7 +20,7 @@ import httpx2
 import pytest
 
 import cachekit
-from cachekit.breaker import CircuitBreaker
+from cachekit.pipeline.breaker import CircuitBreaker
 from cachekit.stores import record
 from cachekit.stores.redis import RedisStore
 from cachekit.testing import FakeUpstream

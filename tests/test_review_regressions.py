@@ -11,8 +11,8 @@ import httpx2
 import pytest
 
 import cachekit
-from cachekit.exact.flights import Flight, Flights, WaitResult
 from cachekit.local import ManualClock
+from cachekit.pipeline.flights import Flight, Flights, WaitResult
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.requests import anthropic_messages, openai_chat

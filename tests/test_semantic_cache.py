@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cachekit
-from cachekit.breaker import CircuitBreaker
-from cachekit.exact.flights import Flight, WaitResult
+from cachekit.pipeline.breaker import CircuitBreaker
+from cachekit.pipeline.flights import Flight, WaitResult
 from cachekit.semantic import SemanticConfig, SemanticError
 from cachekit.semantic.embedders import default_embedder
 from cachekit.semantic.index_memory import MemoryVectorIndex

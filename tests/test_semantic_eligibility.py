@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 import cachekit
-from cachekit import canonical
 from cachekit._types import Dialect
 from cachekit.clients import cache_of
 from cachekit.semantic.partition import split_request
+from cachekit.shape import canonical
 from tests.conftest import SDK, Harness
 
 pytestmark = pytest.mark.slow

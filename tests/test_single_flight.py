@@ -22,8 +22,8 @@ import openai
 import pytest
 
 import cachekit
-from cachekit.exact.flights import SLOW_WAIT, STALL_AFTER, Flight, Flights, WaitResult, retry_of
 from cachekit.local import ManualClock
+from cachekit.pipeline.flights import SLOW_WAIT, STALL_AFTER, Flight, Flights, WaitResult, retry_of
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream, Hold
 from tests.conftest import BASE_URLS

@@ -1,4 +1,4 @@
-"""cachekit.sse: the SSE decoder, the stream recorder, assemble / synthesize / restream.
+"""cachekit.providers.sse: the SSE decoder, the stream recorder, assemble / synthesize / restream.
 
 Fixtures in tests/fixtures/sse/ are real provider event sequences (each names its source); the SDK
 checks feed them, and what cachekit synthesizes, to the official SDKs' stream helpers.
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cachekit._types import Dialect
-from cachekit.exact import sse
+from cachekit.providers import sse
 from cachekit.testing import FakeUpstream
 from tests.sdk_events import read_typed
 from tests.test_answer_shapes import CASES as SHAPE_CASES

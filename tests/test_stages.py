@@ -11,18 +11,17 @@ import httpx2
 import orjson
 import pytest
 
-from cachekit.breaker import CircuitBreaker
 from cachekit.config import CacheConfig
 from cachekit.context import CallPolicy
 from cachekit.cost.ledger import Ledger, MemorySink
-from cachekit.exact import sse
 from cachekit.pipeline import Effect, Load, Offload, Pipeline, Read, Save, Send, Wait
-from cachekit.pipeline.controls import BadControl, bypass_reason, read_control
+from cachekit.pipeline.breaker import CircuitBreaker
+from cachekit.pipeline.controls import _BadControl, bypass_reason, read_control
 from cachekit.pipeline.exact import lacks, lookup
 from cachekit.pipeline.key import Keyer
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import Form, RequestView
-from cachekit.providers import route_request
+from cachekit.providers import route_request, sse
 from cachekit.shape import blocks as blocks_module
 from cachekit.shape import canonical
 from cachekit.shape.blocks import BlockMemo, ChainMemo, cache_context, chain_hashes, prompt_blocks
@@ -117,9 +116,9 @@ def test_controls_take_headers_over_the_call_site_over_the_config() -> None:
         "site",
     )
     assert read_control({}, config, CallPolicy()).ttl == 300.0
-    with pytest.raises(BadControl, match="x-cachekit-ttl"):
+    with pytest.raises(_BadControl, match="x-cachekit-ttl"):
         read_control({"x-cachekit-ttl": "-1"}, config, site)
-    with pytest.raises(BadControl, match="x-cachekit-semantic"):
+    with pytest.raises(_BadControl, match="x-cachekit-semantic"):
         read_control({"x-cachekit-semantic": "1.5"}, config, site)
 
 

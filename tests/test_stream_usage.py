@@ -21,7 +21,7 @@ import pytest
 import cachekit
 from cachekit.cost import Ledger, MemorySink
 from cachekit.errors import CorruptEntryError
-from cachekit.exact import sse
+from cachekit.providers import sse
 from cachekit.stores import record
 from tests.conftest import SDK, Harness
 from tests.requests import openai_chat

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 import cachekit
-from cachekit.exact import sse
+from cachekit.providers import sse
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.conftest import SDK, Harness

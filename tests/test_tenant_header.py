@@ -22,8 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import cachekit
-from cachekit.exact.keys import partition_for, partition_names_tenant
 from cachekit.ops import purge
+from cachekit.stores.keys import partition_for, partition_names_tenant
 from tests.conftest import Harness
 from tests.fuzzing import fuzz
 from tests.requests import anthropic_messages, openai_chat

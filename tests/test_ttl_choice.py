@@ -329,7 +329,7 @@ def test_statistics_the_store_cannot_keep_never_fail_a_request(provider: Provide
 def test_openai_lifetimes_follow_a_fixed_tier_but_not_the_5m_1h_statistics() -> None:
     """OpenAI's explicit breakpoints live 30 minutes or 12 hours (cache_rules.json, GPT-5.6 rows): the
     5m/1h timing statistics do not choose them; a caller's fixed "1h" is read as the long tier (12h)."""
-    from cachekit.gaps import Expect
+    from cachekit.shape.lifetimes import Expect
     from cachekit.shape.planner import Planner
 
     body = {

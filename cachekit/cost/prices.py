@@ -49,7 +49,7 @@ import orjson
 from cachekit import _fork
 from cachekit.cost import genai
 from cachekit.cost.usage import UsageRecord
-from cachekit.errors import ConfigError
+from cachekit.errors import PriceTableError
 
 __all__ = [
     "QUOTE_PROVIDERS",
@@ -75,10 +75,6 @@ _ROW_FIELDS = frozenset(
 )
 _LONG_FIELDS = frozenset({"threshold_tokens", *_RATE_FIELDS})
 _SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2}|\d{4}|latest)$")
-
-
-class PriceTableError(ConfigError):
-    """A price file or override is malformed. The message names the row (index and model) and the field."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 from cachekit import _fork
 from cachekit._types import Section, Ttl
+from cachekit.errors import CacheRuleError
 from cachekit.local.clock import DEFAULT_CLOCK, Clock
 from cachekit.providers.cache_rules import CacheRules, cache_rules, default_cache_rules
 from cachekit.shape.blocks import lookback_positions
@@ -68,10 +69,6 @@ _TTL_ORDER = (
     "Note that blocks are processed in the following order: `tools`, `system`, `messages`."
 )
 _DEFAULT_CAPACITY = 50_000_000
-
-
-class CacheRuleError(ValueError):
-    """A request the provider refuses (HTTP 400 invalid_request_error); str() is the API's message."""
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from cachekit._types import Ttl
 from cachekit.local.accounting import AnthropicCache, CacheRuleError, OpenAICache, Retention
 from cachekit.local.clock import Clock
 from cachekit.local.engine import Block, Engine, ToolCall
-from cachekit.local.parse import BadRequest, Parsed, parse
+from cachekit.local.parse import Parsed, _BadRequest, parse
 from cachekit.local.wire import (
     BAD_JSON,
     Billing,
@@ -223,7 +223,7 @@ class LocalBackend:
             self._check_model(dialect, parsed)
             self._check_context(dialect, endpoint, parsed)
             billing = self._bill(endpoint, dialect, payload, parsed, tenant)
-        except BadRequest as error:
+        except _BadRequest as error:
             return error_reply(dialect, error.status, error.message, param=error.param, code=error.code)
         except CacheRuleError as error:
             return error_reply(dialect, 400, str(error))
@@ -249,8 +249,8 @@ class LocalBackend:
         if model in known or (self._models is None and (model.lower() in known or _known_prefix(model))):
             return
         if dialect == "anthropic":
-            raise BadRequest(f"model: {model}", status=404)
-        raise BadRequest(
+            raise _BadRequest(f"model: {model}", status=404)
+        raise _BadRequest(
             f"The model `{model}` does not exist or you do not have access to it.",
             status=404,
             code="model_not_found",
@@ -264,15 +264,15 @@ class LocalBackend:
         if length <= window:
             return
         if dialect == "anthropic":
-            raise BadRequest(f"prompt is too long: {length} tokens > {window} maximum")
+            raise _BadRequest(f"prompt is too long: {length} tokens > {window} maximum")
         if endpoint == "responses":
-            raise BadRequest(
+            raise _BadRequest(
                 "Your input exceeds the context window of this model. "
                 "Please adjust your input and try again.",
                 param="input",
                 code="context_length_exceeded",
             )
-        raise BadRequest(
+        raise _BadRequest(
             f"This model's maximum context length is {window} tokens. However, your messages resulted in "
             f"{length} tokens. Please reduce the length of the messages.",
             param="messages",
@@ -354,12 +354,12 @@ def _prompt_cache_options(endpoint: Endpoint, payload: dict[str, Any]) -> Ttl | 
     if options is None:
         return "5m"
     if not isinstance(options, dict):
-        raise BadRequest(
+        raise _BadRequest(
             "Invalid type for 'prompt_cache_options': expected an object.", param="prompt_cache_options"
         )
     mode = options.get("mode", "implicit")
     if mode not in ("implicit", "explicit"):
-        raise BadRequest(
+        raise _BadRequest(
             "Invalid value for 'prompt_cache_options.mode'.",
             param="prompt_cache_options.mode",
             code="invalid_value",
@@ -367,7 +367,7 @@ def _prompt_cache_options(endpoint: Endpoint, payload: dict[str, Any]) -> Ttl | 
     ttls = ("30m", "12h") if endpoint == "responses" else ("30m",)
     ttl = options.get("ttl", "30m")
     if ttl not in ttls:
-        raise BadRequest(
+        raise _BadRequest(
             "Invalid value for 'prompt_cache_options.ttl'.",
             param="prompt_cache_options.ttl",
             code="invalid_value",

@@ -1,6 +1,6 @@
 """Provider requests, parsed: the engine's :class:`Prompt` and the billing's cacheable positions.
 
-Each API's body is validated the way the provider validates it (a :class:`BadRequest` carries the
+Each API's body is validated the way the provider validates it (a :class:`_BadRequest` carries the
 provider's status, message and ``param``), then reduced to two views:
 
 * a :class:`~cachekit.local.engine.Prompt` for the engine (turns, tools, limits);
@@ -29,7 +29,7 @@ from cachekit.shape.blocks import block_text as _block_text
 from cachekit.shape.blocks import cache_context, nested_markers, without_markers
 from cachekit.shape.blocks import text_of as _text_of
 
-__all__ = ["BadRequest", "Parsed", "parse"]
+__all__ = ["Parsed", "parse"]
 
 _VOLATILE = ("stream", "stream_options")
 # Message content blocks without a cache_control field (the anthropic SDK's block params, stable and
@@ -37,7 +37,7 @@ _VOLATILE = ("stream", "stream_options")
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking", "fallback", "mcp_tool_listing"})
 
 
-class BadRequest(Exception):
+class _BadRequest(Exception):
     """A request the provider refuses: ``status``, the provider's ``message`` and ``param``/``code``."""
 
     def __init__(
@@ -143,10 +143,10 @@ def breakpoint_ttl(value: Any, where: str) -> Ttl:
     "12h"}``, the openai SDK's ``PromptCacheBreakpoint``): 30m (the request's default) is the short
     tier, 12h the long one."""
     if not isinstance(value, dict) or value.get("mode") != "explicit":
-        raise BadRequest(f"Invalid value for '{where}.mode': expected 'explicit'.", param=where)
+        raise _BadRequest(f"Invalid value for '{where}.mode': expected 'explicit'.", param=where)
     ttl = value.get("ttl", "30m")
     if ttl not in ("30m", "12h"):
-        raise BadRequest(f"Invalid value for '{where}.ttl': expected '30m' or '12h'.", param=where)
+        raise _BadRequest(f"Invalid value for '{where}.ttl': expected '30m' or '12h'.", param=where)
     return "5m" if ttl == "30m" else "1h"
 
 
@@ -164,10 +164,10 @@ def _nested(block: Any, where: str) -> tuple[tuple[str, Ttl], ...]:
 def cache_control_ttl(control: Any, where: str) -> Ttl:
     """The TTL of a ``cache_control`` object, validated as the Messages API validates it."""
     if not isinstance(control, dict) or control.get("type") != "ephemeral":
-        raise BadRequest(f"{where}.type: Input should be 'ephemeral'")
+        raise _BadRequest(f"{where}.type: Input should be 'ephemeral'")
     ttl = control.get("ttl", "5m")
     if ttl not in ("5m", "1h"):
-        raise BadRequest(f"{where}.ttl: Input should be '5m' or '1h'")
+        raise _BadRequest(f"{where}.ttl: Input should be '5m' or '1h'")
     return "5m" if ttl == "5m" else "1h"
 
 
@@ -177,21 +177,21 @@ def _int_field(
     value = payload.get(name)
     if value is None:
         if required:
-            raise BadRequest(f"{name}: Field required", param=name)
+            raise _BadRequest(f"{name}: Field required", param=name)
         return None
     if not isinstance(value, int) or isinstance(value, bool):
         if dialect == "openai":
             raise _openai_invalid(name, "an integer", value)
-        raise BadRequest(f"{name}: Input should be a valid integer", param=name)
+        raise _BadRequest(f"{name}: Input should be a valid integer", param=name)
     if value < minimum:
         if dialect == "openai":
-            raise BadRequest(
+            raise _BadRequest(
                 f"Invalid '{name}': integer below minimum value. "
                 f"Expected a value >= {minimum}, but got {value} instead.",
                 param=name,
                 code="integer_below_min_value",
             )
-        raise BadRequest(f"{name}: Input should be greater than or equal to {minimum}", param=name)
+        raise _BadRequest(f"{name}: Input should be greater than or equal to {minimum}", param=name)
     return value
 
 
@@ -202,7 +202,7 @@ def _stops(value: Any, name: str) -> tuple[str, ...]:
         return (value,)
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return tuple(value)
-    raise BadRequest(f"{name}: Input should be a valid list of strings", param=name)
+    raise _BadRequest(f"{name}: Input should be a valid list of strings", param=name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,11 +223,11 @@ def _anthropic_choice(value: Any) -> ToolChoice:
 def _anthropic_tools(payload: dict[str, Any], b: _Builder) -> list[ToolSpec]:
     tools = payload.get("tools") or []
     if not isinstance(tools, list):
-        raise BadRequest("tools: Input should be a valid list", param="tools")
+        raise _BadRequest("tools: Input should be a valid list", param="tools")
     specs: list[ToolSpec] = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-            raise BadRequest(f"tools.{i}.name: Field required", param="tools")
+            raise _BadRequest(f"tools.{i}.name: Field required", param="tools")
         b.position(
             "tools",
             tool,
@@ -255,26 +255,26 @@ def _anthropic_system(payload: dict[str, Any], b: _Builder) -> None:
                 or block.get("type") != "text"
                 or not isinstance(block.get("text"), str)
             ):
-                raise BadRequest(f"system.{i}: Input should be a valid text block", param="system")
+                raise _BadRequest(f"system.{i}: Input should be a valid text block", param="system")
             if not block["text"]:
-                raise BadRequest("system: text content blocks must be non-empty", param="system")
+                raise _BadRequest("system: text content blocks must be non-empty", param="system")
             b.position("system", block, block["text"], f"system.{i}")
             texts.append(block["text"])
         if texts:
             b.turns.append(Turn("system", "\n".join(texts)))
     elif system is not None:
-        raise BadRequest("system: Input should be a valid string or list of text blocks", param="system")
+        raise _BadRequest("system: Input should be a valid string or list of text blocks", param="system")
 
 
 def _anthropic_turns(messages: list[Any], b: _Builder) -> None:
     for m, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise BadRequest(f"messages.{m}.role: Input should be 'user' or 'assistant'", param="messages")
+            raise _BadRequest(f"messages.{m}.role: Input should be 'user' or 'assistant'", param="messages")
         content = message.get("content")
         role = message["role"]
         if isinstance(content, str):
             if not content and not (role == "assistant" and m == len(messages) - 1):
-                raise BadRequest(f"messages.{m}: text content blocks must be non-empty", param="messages")
+                raise _BadRequest(f"messages.{m}: text content blocks must be non-empty", param="messages")
             if content:
                 # The string shorthand is one text block; it cannot carry a marker.
                 b.position(
@@ -287,9 +287,9 @@ def _anthropic_turns(messages: list[Any], b: _Builder) -> None:
             b.turns.append(Turn(role, content))
             continue
         if not isinstance(content, list):
-            raise BadRequest(f"messages.{m}.content: Field required", param="messages")
+            raise _BadRequest(f"messages.{m}.content: Field required", param="messages")
         if not content and not (role == "assistant" and m == len(messages) - 1):
-            raise BadRequest(
+            raise _BadRequest(
                 f"messages.{m}: all messages must have non-empty content except for the optional final "
                 "assistant message",
                 param="messages",
@@ -298,12 +298,12 @@ def _anthropic_turns(messages: list[Any], b: _Builder) -> None:
         for c, block in enumerate(content):
             where = f"messages.{m}.content.{c}"
             if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                raise BadRequest(f"{where}.type: Field required", param="messages")
+                raise _BadRequest(f"{where}.type: Field required", param="messages")
             kind = block["type"]
             if kind == "text" and not isinstance(block.get("text"), str):
-                raise BadRequest(f"{where}.text: Input should be a valid string", param="messages")
+                raise _BadRequest(f"{where}.text: Input should be a valid string", param="messages")
             if kind == "text" and not block.get("text"):
-                raise BadRequest(f"{where}: text content blocks must be non-empty", param="messages")
+                raise _BadRequest(f"{where}: text content blocks must be non-empty", param="messages")
             eligible = kind not in _UNMARKABLE
             b.position(
                 "messages",
@@ -417,11 +417,11 @@ def _parse_messages(
 ) -> tuple[ToolChoice, list[ToolSpec], Ttl | None, bytes, dict[str, Any] | None]:
     messages = payload.get("messages")
     if messages is None:
-        raise BadRequest("messages: Field required", param="messages")
+        raise _BadRequest("messages: Field required", param="messages")
     if not isinstance(messages, list):
-        raise BadRequest("messages: Input should be a valid list", param="messages")
+        raise _BadRequest("messages: Input should be a valid list", param="messages")
     if not messages:
-        raise BadRequest("messages: at least one message is required", param="messages")
+        raise _BadRequest("messages: at least one message is required", param="messages")
     specs = _anthropic_tools(payload, b)
     _anthropic_system(payload, b)
     _anthropic_turns(messages, b)
@@ -447,14 +447,14 @@ def _openai_choice(value: Any, endpoint: Endpoint) -> ToolChoice:
     if isinstance(value, dict) and value.get("type") == "function":
         holder = value.get("function") if endpoint == "chat" else value
         if not isinstance(holder, dict) or not isinstance(holder.get("name"), str):
-            raise BadRequest(
+            raise _BadRequest(
                 "Invalid value for 'tool_choice': a function tool choice needs a function name.",
                 param="tool_choice",
                 code="invalid_value",
             )
         return ToolChoice("tool", holder["name"])
     if isinstance(value, str) and value != "auto":
-        raise BadRequest(
+        raise _BadRequest(
             f"Invalid value for 'tool_choice': {value!r}. "
             "Supported values are: 'none', 'auto' and 'required'.",
             param="tool_choice",
@@ -471,7 +471,7 @@ def _openai_schema(spec: Any, endpoint: Endpoint) -> dict[str, Any] | None:
     if spec.get("type") == "json_schema":
         holder = spec.get("json_schema") if endpoint == "chat" else spec
         if not isinstance(holder, dict):
-            raise BadRequest(
+            raise _BadRequest(
                 "Invalid type for 'response_format.json_schema': expected an object.",
                 param="response_format.json_schema",
                 code="invalid_type",
@@ -480,7 +480,7 @@ def _openai_schema(spec: Any, endpoint: Endpoint) -> dict[str, Any] | None:
         return schema if isinstance(schema, dict) else {}
     if spec.get("type") != "text":
         where = "response_format" if endpoint == "chat" else "text.format"
-        raise BadRequest(
+        raise _BadRequest(
             f"Invalid value for '{where}.type': {spec.get('type')!r}. "
             "Supported values are: 'text', 'json_object' and 'json_schema'.",
             param=f"{where}.type",
@@ -492,11 +492,11 @@ def _openai_schema(spec: Any, endpoint: Endpoint) -> dict[str, Any] | None:
 def _openai_tools(payload: dict[str, Any], b: _Builder, endpoint: Endpoint) -> list[ToolSpec]:
     tools = payload.get("tools") or []
     if not isinstance(tools, list):
-        raise BadRequest("Invalid type for 'tools': expected an array.", param="tools", code="invalid_type")
+        raise _BadRequest("Invalid type for 'tools': expected an array.", param="tools", code="invalid_type")
     specs = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
-            raise BadRequest(f"Invalid type for 'tools[{i}]': expected an object.", param=f"tools[{i}]")
+            raise _BadRequest(f"Invalid type for 'tools[{i}]': expected an object.", param=f"tools[{i}]")
         b.position(
             "tools",
             tool,
@@ -524,7 +524,7 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
         "tool",
         "function",
     ):
-        raise BadRequest(
+        raise _BadRequest(
             f"Invalid value for 'messages[{m}].role'.", param=f"messages[{m}].role", code="invalid_value"
         )
     role = message["role"]
@@ -536,7 +536,7 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
     elif isinstance(content, list):
         for c, part in enumerate(content):
             if not isinstance(part, dict):
-                raise BadRequest(
+                raise _BadRequest(
                     f"Invalid type for 'messages[{m}].content[{c}]'.", param=f"messages[{m}].content[{c}]"
                 )
             kind = part.get("type")
@@ -550,13 +550,13 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
                 block_type=kind if isinstance(kind, str) else "",
             )
     elif content is not None or role != "assistant":
-        raise BadRequest(
+        raise _BadRequest(
             f"Missing required parameter: 'messages[{m}].content'.", param=f"messages[{m}].content"
         )
     calls = []
     tool_calls = message.get("tool_calls")
     if tool_calls is not None and not isinstance(tool_calls, list):
-        raise BadRequest(
+        raise _BadRequest(
             f"Invalid type for 'messages[{m}].tool_calls': expected an array.",
             param=f"messages[{m}].tool_calls",
             code="invalid_type",
@@ -564,7 +564,7 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
     for k, call in enumerate(tool_calls or []):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise BadRequest(
+            raise _BadRequest(
                 f"Invalid type for 'messages[{m}].tool_calls[{k}].function': expected an object.",
                 param=f"messages[{m}].tool_calls[{k}].function",
                 code="invalid_type",
@@ -603,13 +603,13 @@ def _parse_chat(
 ) -> tuple[ToolChoice, list[ToolSpec], dict[str, Any] | None]:
     messages = payload.get("messages")
     if messages is None:
-        raise BadRequest(
+        raise _BadRequest(
             "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
         )
     if not isinstance(messages, list):
         raise _openai_invalid("messages", "an array of objects", messages)
     if not messages:
-        raise BadRequest(
+        raise _BadRequest(
             "Invalid 'messages': empty array. Expected an array with minimum length 1, "
             "but got an empty array instead.",
             param="messages",
@@ -632,11 +632,11 @@ def _parse_responses(
 ) -> tuple[ToolChoice, list[ToolSpec], dict[str, Any] | None]:
     if payload.get("previous_response_id") is not None:
         rid = payload["previous_response_id"]
-        raise BadRequest(
+        raise _BadRequest(
             f"Previous response with id '{rid}' not found.", status=404, param="previous_response_id"
         )
     if "input" not in payload:
-        raise BadRequest(
+        raise _BadRequest(
             "Missing required parameter: 'input'.", param="input", code="missing_required_parameter"
         )
     specs = _openai_tools(payload, b, "responses")
@@ -653,12 +653,12 @@ def _parse_responses(
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
-        raise BadRequest(
+        raise _BadRequest(
             "Invalid 'input': expected a string or a non-empty array.", param="input", code="invalid_value"
         )
     for i, item in enumerate(items):
         if not isinstance(item, dict):
-            raise BadRequest(f"Invalid type for 'input[{i}]': expected an object.", param=f"input[{i}]")
+            raise _BadRequest(f"Invalid type for 'input[{i}]': expected an object.", param=f"input[{i}]")
         kind = item.get("type", "message")
         where = f"input.{i}"
         if kind == "message":
@@ -705,8 +705,8 @@ def _json_kind(value: Any) -> str:
     return "an array" if isinstance(value, list) else "an object"
 
 
-def _openai_invalid(name: str, expected: str, value: Any) -> BadRequest:
-    return BadRequest(
+def _openai_invalid(name: str, expected: str, value: Any) -> _BadRequest:
+    return _BadRequest(
         f"Invalid type for '{name}': expected {expected}, but got {_json_kind(value)} instead.",
         param=name,
         code="invalid_type",
@@ -728,11 +728,11 @@ def _check_sampling(endpoint: Endpoint, payload: dict[str, Any]) -> None:
         if endpoint not in ("messages", "count_tokens"):
             raise _openai_invalid(name, "a decimal", value)
         if not isinstance(value, str):
-            raise BadRequest(f"{name}: Input should be a valid number", param=name)
+            raise _BadRequest(f"{name}: Input should be a valid number", param=name)
         try:
             float(value)
         except ValueError:
-            raise BadRequest(
+            raise _BadRequest(
                 f"{name}: Input should be a valid number, unable to parse string as a number", param=name
             ) from None
 
@@ -746,7 +746,7 @@ def _check_common(endpoint: Endpoint, payload: dict[str, Any]) -> None:
     stream = payload.get("stream")
     if stream is not None and not isinstance(stream, bool):
         if endpoint in ("messages", "count_tokens"):
-            raise BadRequest("stream: Input should be a valid boolean", param="stream")
+            raise _BadRequest("stream: Input should be a valid boolean", param="stream")
         raise _openai_invalid("stream", "a boolean", stream)
     _check_sampling(endpoint, payload)
     if endpoint in ("messages", "count_tokens"):
@@ -762,7 +762,7 @@ def _check_common(endpoint: Endpoint, payload: dict[str, Any]) -> None:
             raise _openai_invalid(name, expected, payload[name])
     retention = payload.get("prompt_cache_retention")
     if retention is not None and retention not in ("in_memory", "24h"):
-        raise BadRequest(
+        raise _BadRequest(
             f"Invalid value for 'prompt_cache_retention': {retention!r}. "
             "Supported values are: 'in_memory' and '24h'.",
             param="prompt_cache_retention",
@@ -770,14 +770,14 @@ def _check_common(endpoint: Endpoint, payload: dict[str, Any]) -> None:
         )
     truncation = payload.get("truncation")
     if endpoint == "responses" and truncation is not None and truncation not in ("auto", "disabled"):
-        raise BadRequest(
+        raise _BadRequest(
             f"Invalid value for 'truncation': {truncation!r}. Supported values are: 'auto' and 'disabled'.",
             param="truncation",
             code="invalid_value",
         )
     n = payload.get("n")
     if endpoint == "chat" and n is not None and n != 1:
-        raise BadRequest(
+        raise _BadRequest(
             "n: the local backend answers one choice per request; send n=1 (or leave it out).",
             param="n",
             code="unsupported_value",
@@ -785,12 +785,12 @@ def _check_common(endpoint: Endpoint, payload: dict[str, Any]) -> None:
 
 
 def parse(endpoint: Endpoint, payload: dict[str, Any], tokenizer: Tokenizer, *, salt: bytes = b"") -> Parsed:
-    """Validate ``payload`` as ``endpoint`` does and parse it; raises :class:`BadRequest`."""
+    """Validate ``payload`` as ``endpoint`` does and parse it; raises :class:`_BadRequest`."""
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         if endpoint in ("messages", "count_tokens"):
-            raise BadRequest("model: Field required", param="model")
-        raise BadRequest(
+            raise _BadRequest("model: Field required", param="model")
+        raise _BadRequest(
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
         )
     _check_common(endpoint, payload)
@@ -803,7 +803,7 @@ def parse(endpoint: Endpoint, payload: dict[str, Any], tokenizer: Tokenizer, *, 
         # 0 pre-warms the prompt cache without generating anything (the Messages API documents it).
         max_tokens = _int_field(payload, "max_tokens", required=endpoint == "messages", minimum=0)
         if max_tokens == 0 and payload.get("stream") is True:
-            raise BadRequest("max_tokens: 0 is not supported with streaming", param="max_tokens")
+            raise _BadRequest("max_tokens: 0 is not supported with streaming", param="max_tokens")
         choice, specs, automatic, context, schema = _parse_messages(payload, b)
         stop = _stops(payload.get("stop_sequences"), "stop_sequences")
     elif endpoint == "chat":

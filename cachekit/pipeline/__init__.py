@@ -14,6 +14,11 @@ The request's path, one module per stage (see ``docs/architecture.md``):
 all reading one :class:`~cachekit.pipeline.view.RequestView`, run by the thin
 :class:`~cachekit.pipeline.driver.Pipeline`. Effects and what a driver sends back for each are in
 :mod:`cachekit.pipeline.effects`; the transports perform them (:mod:`cachekit.transport`).
+
+Beside the stages, what runs them: the timing statistics loaded and saved around shaping
+(:mod:`~cachekit.pipeline.pauses`), single-flight (:mod:`~cachekit.pipeline.flights`), the store's
+circuit breaker (:mod:`~cachekit.pipeline.breaker`), what every stage shares
+(:mod:`~cachekit.pipeline.runtime`) and how answers leave (:mod:`~cachekit.pipeline.respond`).
 """
 
 from __future__ import annotations

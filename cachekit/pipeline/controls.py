@@ -16,9 +16,9 @@ from cachekit._types import Dialect
 from cachekit.config import MAX_TTL, MODES, CacheConfig, Mode, check_ttl
 from cachekit.context import UNSET, CallPolicy
 from cachekit.errors import ConfigError
-from cachekit.gaps import Expect, breakpoints_setting
 from cachekit.pipeline.view import Seen
 from cachekit.providers.state import Verdict, classify
+from cachekit.shape.lifetimes import Expect, breakpoints_setting
 
 __all__ = [
     "BREAKPOINTS_HEADER",
@@ -31,7 +31,6 @@ __all__ = [
     "SIMILARITY_HEADER",
     "URL_TTL_HEADER",
     "Admission",
-    "BadControl",
     "Control",
     "admit",
     "bypass_reason",
@@ -80,7 +79,7 @@ class Control:
     #: ``x-cachekit-conversation``: the conversation lint compares this request with.
     conversation: str | None = None
     #: The per-request tenant (header, else call site): it narrows the client's partition unless
-    #: ``trust_tenant_header`` lets it select one (:func:`cachekit.exact.keys.partition_for`).
+    #: ``trust_tenant_header`` lets it select one (:func:`cachekit.stores.keys.partition_for`).
     request_tenant: str | None = None
     #: What the caller knows about its traffic (a fixed lifetime, an expected gap): config or header.
     expect: Expect | None = None
@@ -92,15 +91,15 @@ class Control:
     max_age: float | None = None
 
 
-class BadControl(ValueError):
+class _BadControl(ValueError):
     """An ``x-cachekit-*`` header has a value cachekit cannot use."""
 
 
 def read_control(headers: dict[str, str], config: CacheConfig, context: CallPolicy) -> Control:
-    """The request's policy; raises :class:`BadControl` for a header value cachekit cannot use."""
+    """The request's policy; raises :class:`_BadControl` for a header value cachekit cannot use."""
     mode: str = headers.get(CONTROL_PREFIX) or context.mode or "default"
     if mode not in MODES:
-        raise BadControl(f"x-cachekit must be one of {sorted(MODES - {'default'})}, not {mode!r}")
+        raise _BadControl(f"x-cachekit must be one of {sorted(MODES - {'default'})}, not {mode!r}")
     ttl = config.ttl if context.ttl is UNSET else context.ttl
     if (raw_ttl := headers.get(CONTROL_PREFIX + "-ttl")) is not None:
         ttl = _seconds(CONTROL_PREFIX + "-ttl", raw_ttl)
@@ -117,7 +116,7 @@ def read_control(headers: dict[str, str], config: CacheConfig, context: CallPoli
         try:
             breakpoints, expect = breakpoints_setting(raw_breakpoints)
         except ValueError as exc:
-            raise BadControl(f"x-cachekit-breakpoints {exc}") from None
+            raise _BadControl(f"x-cachekit-breakpoints {exc}") from None
     return Control(
         mode,  # type: ignore[arg-type]
         ttl,  # type: ignore[arg-type]
@@ -135,7 +134,7 @@ def read_control(headers: dict[str, str], config: CacheConfig, context: CallPoli
 
 
 def _seconds(name: str, value: str) -> float:
-    """A header's number of seconds in (0, :data:`~cachekit.config.MAX_TTL`]; :class:`BadControl` for
+    """A header's number of seconds in (0, :data:`~cachekit.config.MAX_TTL`]; :class:`_BadControl` for
     anything else. Refused, not clamped: a TTL past the bound is a caller's mistake the 400 points out."""
     try:
         seconds = float(value)
@@ -144,7 +143,7 @@ def _seconds(name: str, value: str) -> float:
     try:
         return check_ttl(seconds, name, allow_none=False)  # type: ignore[return-value]
     except ConfigError:
-        raise BadControl(
+        raise _BadControl(
             f"{name} must be a positive number of seconds, at most {MAX_TTL:.0f} (ten years), not {value!r}"
         ) from None
 
@@ -162,7 +161,7 @@ def _semantic_header(value: str) -> tuple[bool, float | None]:
     except ValueError:
         threshold = math.nan
     if not -1.0 <= threshold <= 1.0:
-        raise BadControl(
+        raise _BadControl(
             f"x-cachekit-semantic must be on, off or a cosine threshold in [-1, 1], not {value!r}"
         )
     return True, threshold

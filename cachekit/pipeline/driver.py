@@ -20,15 +20,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cachekit._http import Request, Response
-from cachekit.breaker import CircuitBreaker
 from cachekit.config import CacheConfig
 from cachekit.context import current_policy
 from cachekit.cost.ledger import Ledger
-from cachekit.exact.flights import Flight, Flights
-from cachekit.pipeline import answers
-from cachekit.pipeline.controls import BadControl, Control, admit, read_control, strip_control_headers
+from cachekit.pipeline import respond
+from cachekit.pipeline.breaker import CircuitBreaker
+from cachekit.pipeline.controls import Control, _BadControl, admit, read_control, strip_control_headers
 from cachekit.pipeline.effects import Exchange, Send, Step
 from cachekit.pipeline.exact import reechoed
+from cachekit.pipeline.flights import Flight, Flights
 from cachekit.pipeline.key import Call, Keyer
 from cachekit.pipeline.record_cost import Accountant
 from cachekit.pipeline.runtime import PipelineStats, Runtime
@@ -36,7 +36,7 @@ from cachekit.pipeline.semantic import SemanticCall, SemanticStage
 from cachekit.pipeline.shape import Shaper
 from cachekit.pipeline.store import Storer
 from cachekit.pipeline.upstream import Upstream
-from cachekit.pipeline.view import FORM_FIELDS, Form, NotCanonical, RequestView, Seen, SeenBodies
+from cachekit.pipeline.view import FORM_FIELDS, Form, RequestView, Seen, SeenBodies, _NotCanonical
 from cachekit.providers import route_request
 from cachekit.providers.state import Verdict
 from cachekit.shape import canonical
@@ -164,9 +164,9 @@ class Pipeline:
         # Stage 1: read controls.
         try:
             control = read_control(headers, self.config, current_policy())
-        except BadControl as exc:
+        except _BadControl as exc:
             message = f"cachekit: {exc}"
-            return answers.synthetic(
+            return respond.synthetic(
                 request, route.dialect, 400, "invalid_request_error", message, reason="bad-control"
             )
         strip_control_headers(request, headers)
@@ -184,7 +184,7 @@ class Pipeline:
             # Not a JSON object (multipart upload, a body we cannot read), the cache is off, the caller
             # asked to bypass, or the answer depends on live data or state outside the request: send it
             # as it is (canonical when it is JSON), never coalesced, never stored.
-            with contextlib.suppress(NotCanonical):  # then it goes as the caller wrote it
+            with contextlib.suppress(_NotCanonical):  # then it goes as the caller wrote it
                 view.canonicalize(self._options)
             return (yield from self._upstream.uncached(view, control, reason=reason))
 
@@ -192,7 +192,7 @@ class Pipeline:
         if seen is None:
             try:
                 view.canonicalize(self._options)
-            except NotCanonical:
+            except _NotCanonical:
                 # Valid JSON that cannot be keyed (nested deeper than orjson writes): as it is.
                 return (yield from self._upstream.uncached(view, control, reason="not-keyable"))
             seen = self._remember(view, admission.verdict or Verdict())
@@ -240,7 +240,7 @@ class Pipeline:
         if served is not None:
             replayed = reechoed(rt, served, view)
             if replayed is not None:
-                return answers.replay(view.request, replayed, key, rt.clock), None, None
+                return respond.replay(view.request, replayed, key, rt.clock), None, None
             # The echoed prompt could not be put back: answered upstream instead (flight is None).
         semantic: SemanticCall | None = None
         answer: Response | None = None
@@ -260,7 +260,7 @@ class Pipeline:
         if control.mode == "only-if-cached":
             rt.stats.add("misses")
             message = "cachekit: not in cache (x-cachekit: only-if-cached)"
-            return answers.synthetic(view.request, call.route.dialect, 504, "api_error", message), None, None
+            return respond.synthetic(view.request, call.route.dialect, 504, "api_error", message), None, None
         return None, flight, semantic
 
     def _remember(self, view: RequestView, verdict: Verdict) -> Seen:

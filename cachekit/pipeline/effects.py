@@ -5,7 +5,7 @@
 * :class:`Save` → ``None``
 * :class:`Read` → ``None`` (the response's body is then in ``response.content``)
 * :class:`Wait` → ``"landed"``, ``"timeout"``, or ``"own"`` when the caller leads the flight itself
-  (:meth:`Flight.wait <cachekit.exact.flights.Flight.wait>` and its async twin decide)
+  (:meth:`Flight.wait <cachekit.pipeline.flights.Flight.wait>` and its async twin decide)
 * :class:`Tee` → ``None``, or the response to hand the caller instead (an in-memory response whose
   body ``rewrite`` changed); the driver wraps the response's stream so the recorder sees each chunk
   as it passes to the caller (telling ``idle`` whose turn it is), and when the stream ends performs
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cachekit._http import Request, Response
-from cachekit.exact import sse
-from cachekit.exact.flights import Flight
+from cachekit.pipeline.flights import Flight
+from cachekit.providers import sse
 
 _T = TypeVar("_T")
 

@@ -16,10 +16,10 @@ import orjson
 
 from cachekit._types import Dialect
 from cachekit.errors import CorruptEntryError
-from cachekit.exact import echo, sse
 from cachekit.pipeline.effects import Load, Step
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import JSON_TYPE, SSE_TYPE, Form, RequestView
+from cachekit.providers import echo, sse
 from cachekit.providers.answers import carries_usage, has_usage
 from cachekit.stores import record
 
@@ -135,7 +135,7 @@ def unechoed(rt: Runtime, dialect: Dialect, form: record.BodyForm, body: bytes) 
 
 
 def reechoed(rt: Runtime, served: record.CachedResponse, view: RequestView) -> record.CachedResponse | None:
-    """A hit with the echoed prompt fields put back from the request (see :mod:`cachekit.exact.echo`),
+    """A hit with the echoed prompt fields put back from the request (see :mod:`cachekit.providers.echo`),
     or ``None`` when they cannot be (then the request is answered upstream)."""
     dialect = view.route.dialect
     if rt.config.store_prompts or not echo.ECHOED_FIELDS[dialect]:

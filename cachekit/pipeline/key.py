@@ -16,12 +16,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cachekit._types import PartitionId
-from cachekit.exact.keys import EXACT_KIND, exact_key, key_prefix, partition_for
 from cachekit.pipeline.controls import Control
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import Form, RequestView
 from cachekit.providers import CREDENTIAL_HEADERS, Route
 from cachekit.semantic.binding import EntryBinding
+from cachekit.stores.keys import EXACT_KIND, exact_key, key_prefix, partition_for
 
 __all__ = ["Call", "Keyer"]
 
@@ -85,7 +85,7 @@ class Keyer:
         return self.partition(view.request.headers, control, self._plan_salt)
 
     def partition(self, headers: Mapping[str, str], control: Control, secret: bytes) -> PartitionId:
-        """The partition of a request (see :func:`cachekit.exact.keys.partition_for`)."""
+        """The partition of a request (see :func:`cachekit.stores.keys.partition_for`)."""
         config = self._rt.config
         return partition_for(
             headers,

@@ -14,10 +14,10 @@ import orjson
 
 from cachekit.cost.ledger import Outcome
 from cachekit.cost.usage import usage_of_body
-from cachekit.exact import sse
 from cachekit.pipeline.key import Call
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.shape import Shaper
+from cachekit.providers import sse
 from cachekit.shape.planner import Applied
 from cachekit.stores import record
 

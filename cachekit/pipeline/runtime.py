@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cachekit import _fork
-from cachekit.breaker import CircuitBreaker
 from cachekit.config import CacheConfig
 from cachekit.cost.ledger import Ledger
 from cachekit.errors import CacheUnavailableError, StoreError, StoreUnavailableError
+from cachekit.pipeline.breaker import CircuitBreaker
 
 __all__ = ["PipelineStats", "Runtime"]
 

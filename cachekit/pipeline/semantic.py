@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 from cachekit import _fork
 from cachekit._http import Response
-from cachekit.breaker import CircuitBreaker
-from cachekit.pipeline import answers
-from cachekit.pipeline.answers import Headers
+from cachekit.pipeline import respond
+from cachekit.pipeline.breaker import CircuitBreaker
 from cachekit.pipeline.controls import INELIGIBLE_HEADER, REFUSED_HEADER, SIMILARITY_HEADER, Control
 from cachekit.pipeline.effects import Offload, Step
 from cachekit.pipeline.exact import lookup, reechoed
 from cachekit.pipeline.key import Call
 from cachekit.pipeline.record_cost import Accountant
+from cachekit.pipeline.respond import Headers
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import RequestView
 from cachekit.semantic.base import DimensionMismatchError
@@ -173,7 +173,7 @@ class SemanticStage:
         if replayed is None:
             return None, semantic
         extra = ((SIMILARITY_HEADER, f"{hit.similarity:.4f}"),)
-        return answers.replay(
+        return respond.replay(
             view.request, replayed, hit.entry_key, rt.clock, outcome="semantic", extra=extra
         ), None
 

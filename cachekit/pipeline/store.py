@@ -16,10 +16,10 @@ from typing import Any
 import orjson
 
 from cachekit._http import Response
-from cachekit.exact.flights import Flight
-from cachekit.pipeline import answers
+from cachekit.pipeline import respond
 from cachekit.pipeline.effects import Exchange, Save
 from cachekit.pipeline.exact import unechoed
+from cachekit.pipeline.flights import Flight
 from cachekit.pipeline.key import Call
 from cachekit.pipeline.record_cost import Accountant
 from cachekit.pipeline.runtime import Runtime
@@ -41,7 +41,7 @@ def settle(flight: Flight | None, retry: bool, retry_after: float | None = None)
         flight.settle(retry=retry, retry_after=retry_after)
 
 
-def semantic_headers(semantic: SemanticCall | None) -> answers.Headers:
+def semantic_headers(semantic: SemanticCall | None) -> respond.Headers:
     """The semantic layer's headers on a miss (none when it was not asked)."""
     return semantic.headers if semantic is not None else ()
 
@@ -74,10 +74,10 @@ class Storer:
         except orjson.JSONDecodeError:
             # Labelled JSON but not JSON (a proxy's error page with a 200): passed on, never stored.
             logger.warning("a 2xx answer labelled JSON is not JSON; not stored (key=%s)", key[-16:])
-            return answers.tag(response, "miss", key, breakpoints, refused)
+            return respond.tag(response, "miss", key, breakpoints, refused)
         answer = record.CachedResponse(
             status=response.status_code,
-            headers=answers.kept_headers(response),
+            headers=respond.kept_headers(response),
             body=response.content,
             created_at=rt.clock(),
         )
@@ -88,7 +88,7 @@ class Storer:
             rt.stats.add("incomplete_answers")
             logger.debug("not a complete %s answer (%s); not stored (key=%s)", route.dialect, why, key[-16:])
             self._accountant.account(call, answer, None, document, applied=applied)
-            return answers.tag(response, "miss", key, breakpoints, refused)
+            return respond.tag(response, "miss", key, breakpoints, refused)
         stored = replace(
             answer, body=unechoed(rt, route.dialect, "json", answer.body), usage=has_usage(document)
         )
@@ -105,14 +105,14 @@ class Storer:
             rt.stats.add("store_skips")
         self._accountant.account(call, stored, None, document, applied=applied)
         logger.debug("miss provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
-        extra = answers.miss_headers(breakpoints, refused)
-        return answers.replay(view.request, answer, key, rt.clock, outcome="miss", extra=extra)
+        extra = respond.miss_headers(breakpoints, refused)
+        return respond.replay(view.request, answer, key, rt.clock, outcome="miss", extra=extra)
 
     def stream_entry(
         self,
         call: Call,
         status: int,
-        headers: answers.Headers,
+        headers: respond.Headers,
         raw: bytes | None,
         applied: Applied | None = None,
         *,

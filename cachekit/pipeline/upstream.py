@@ -15,21 +15,20 @@ import logging
 from collections.abc import Callable
 
 from cachekit._http import Response
-from cachekit.exact import sse
-from cachekit.exact.flights import Flight, Flights, retry_of
-from cachekit.pipeline import answers
+from cachekit.pipeline import respond
 from cachekit.pipeline.controls import Control
 from cachekit.pipeline.effects import Exchange, Read, Send, Step, Tee, Wait, nothing
 from cachekit.pipeline.exact import lookup
-from cachekit.pipeline.gaps import GapStatistics
+from cachekit.pipeline.flights import Flight, Flights, retry_of
 from cachekit.pipeline.key import Call, Keyer
+from cachekit.pipeline.pauses import GapStatistics
 from cachekit.pipeline.record_cost import Accountant
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.semantic import SemanticCall, SemanticStage
 from cachekit.pipeline.shape import KNOWN_PROVIDERS, Shaper
 from cachekit.pipeline.store import Storer, semantic_headers, settle
 from cachekit.pipeline.view import Form, RequestView, is_event_stream, is_json
-from cachekit.providers import Route
+from cachekit.providers import Route, sse
 from cachekit.providers.registry import STREAM_USAGE
 from cachekit.shape.lint import PrefixLintError
 from cachekit.stores import record
@@ -92,7 +91,7 @@ class Upstream:
 
     def _coalesce(self, call: Call) -> Step[Led]:
         """Single-flight for a miss: lead the key's flight (``None`` and the flight), or follow it and
-        read its answer; ``None, None`` to go upstream alone. See :mod:`cachekit.exact.flights`."""
+        read its answer; ``None, None`` to go upstream alone. See :mod:`cachekit.pipeline.flights`."""
         key, dialect, form = call.key, call.route.dialect, call.form
         follower = self.flights.follower(key, self._rt.config.coalesce_timeout)
         replacing: Flight | None = None
@@ -162,7 +161,7 @@ class Upstream:
         raise their BadRequestError, and do not retry); nothing goes upstream."""
         self._rt.stats.add("lint_refusals")
         message = f"cachekit: {exc}"
-        return answers.synthetic(
+        return respond.synthetic(
             view.request, view.route.dialect, 400, "invalid_request_error", message, reason="lint"
         )
 
@@ -191,13 +190,13 @@ class Upstream:
                 # Errors (429, 5xx, 4xx) are never stored; the SDK sees them untouched and retries.
                 # Followers elect a new leader when a retry may succeed (after the provider's delay).
                 settle(flight, *retry_of(response.status_code, response.headers))
-                return answers.tag(response, "miss", key, breakpoints, refused)
+                return respond.tag(response, "miss", key, breakpoints, refused)
             self._shaper.commit(applied)
             yield from self._gaps.save(call, applied)
             if call.form.streaming and is_event_stream(content_type):
                 # The caller reads the stream as it arrives; the recorder keeps a copy and the entry is
                 # stored only if the stream reaches its terminator with no error event.
-                status, kept = response.status_code, answers.kept_headers(response)
+                status, kept = response.status_code, respond.kept_headers(response)
                 release: Callable[[], None] = (
                     (lambda: self.flights.land(key, flight)) if flight is not None else nothing
                 )
@@ -221,10 +220,10 @@ class Upstream:
                 handed_off = True
                 if flight is not None:
                     flight.idle(True)  # the caller holds the stream from here; followers watch it
-                return answers.tag(response, "miss", key, breakpoints, refused)
+                return respond.tag(response, "miss", key, breakpoints, refused)
             if not is_json(content_type):
                 settle(flight, retry=False)
-                return answers.tag(response, "miss", key, breakpoints, refused)  # not JSON: never stored
+                return respond.tag(response, "miss", key, breakpoints, refused)  # not JSON: never stored
             yield Read(response)
             # The answer is in hand: followers read it, or (if it cannot be stored) ask for themselves.
             settle(flight, retry=False)
@@ -247,7 +246,7 @@ class Upstream:
         if control.mode == "only-if-cached":
             rt.stats.add("misses")
             message = "cachekit: this request cannot be answered from the cache (x-cachekit: only-if-cached)"
-            return answers.synthetic(view.request, route.dialect, 504, "api_error", message)
+            return respond.synthetic(view.request, route.dialect, 504, "api_error", message)
         rt.stats.add("bypasses")
         try:
             # A call without a cache key: its partition is derived only when shaping needs it.
@@ -256,7 +255,7 @@ class Upstream:
             return self._refused(view, exc)
         applied = shaped.applied
         response = yield from self.send(view)
-        tagged = answers.tag(response, "bypass", None, shaped.breakpoints, reason=reason)
+        tagged = respond.tag(response, "bypass", None, shaped.breakpoints, reason=reason)
         if not 200 <= response.status_code < 300:
             return tagged
         self._shaper.commit(applied)
@@ -266,7 +265,7 @@ class Upstream:
         content_type = response.headers.get("content-type")
         if is_event_stream(content_type):
             # Recorded as it passes, accounted when it ends; nothing is stored.
-            status, kept = response.status_code, answers.kept_headers(response)
+            status, kept = response.status_code, respond.kept_headers(response)
 
             def account(raw: bytes | None) -> None:
                 if raw is not None:

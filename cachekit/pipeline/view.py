@@ -32,7 +32,6 @@ __all__ = [
     "JSON_TYPE",
     "SSE_TYPE",
     "Form",
-    "NotCanonical",
     "RequestView",
     "Seen",
     "SeenBodies",
@@ -126,7 +125,7 @@ def _has_big_int(content: bytes) -> bool:
     return big
 
 
-class NotCanonical(Exception):
+class _NotCanonical(Exception):
     """A parsed body that cannot be written back (nesting deeper than orjson writes)."""
 
 
@@ -237,7 +236,7 @@ class RequestView:
     def canonicalize(self, options: canon.CanonicalOptions) -> dict[str, Any] | None:
         """The canonical body (built once; ``None`` when the body is not a JSON object).
 
-        Raises :class:`NotCanonical` for a body that cannot be written back.
+        Raises :class:`_NotCanonical` for a body that cannot be written back.
         """
         if self.canonical is not None:
             return self.canonical
@@ -249,7 +248,7 @@ class RequestView:
             result = canon.canonicalize(body, dialect, options)
             self.canonical_bytes = canon.dumps(result.body, dialect)
         except (TypeError, ValueError, RecursionError) as exc:  # orjson.JSONEncodeError is a TypeError
-            raise NotCanonical(str(exc)) from exc
+            raise _NotCanonical(str(exc)) from exc
         self.canonical = result.body
         return self.canonical
 

@@ -8,7 +8,9 @@ state outside its body (a Responses ``conversation``, a live web search, ...) is
 :func:`server_state` says why (:mod:`cachekit.providers.state`). Only a complete answer of its dialect
 is stored: :func:`incomplete_answer` (:mod:`cachekit.providers.answers`). A host outside the table may
 announce the prompt-caching rules it bills by (``x-cachekit-rules``): :class:`HostRules`
-(:mod:`cachekit.providers.announced`).
+(:mod:`cachekit.providers.announced`). Answers as stored and replayed: each dialect's SSE streams
+(:mod:`cachekit.providers.sse`) and the prompt fields a provider echoes back
+(:mod:`cachekit.providers.echo`).
 """
 
 from __future__ import annotations

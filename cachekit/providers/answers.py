@@ -4,7 +4,7 @@ Only a complete answer is stored. A ``2xx`` is not always one: OpenAI-compatible
 ``200`` with ``{"error": ...}``, a Responses answer cut by ``max_output_tokens`` (or still running
 in the background) has a status other than ``completed``, and a proxy that loses the model may
 still close a stream with its terminator. :func:`incomplete_answer` is asked of every JSON document
-before it is stored, and of every stream once assembled (:mod:`cachekit.exact.sse`), so both forms of an
+before it is stored, and of every stream once assembled (:mod:`cachekit.providers.sse`), so both forms of an
 answer meet the same definition.
 """
 

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import orjson
 
-from cachekit.errors import ConfigError
+from cachekit.errors import CacheRulesError, UnknownProviderError
 
 __all__ = [
     "CacheRules",
@@ -77,14 +77,6 @@ _ROW_FIELDS = frozenset(
 _OWN_FIELDS = frozenset({"provider", "prefix", "source", "context_window_source", "checked", "note"})
 
 
-class CacheRulesError(ConfigError):
-    """The cache-rules file is malformed; the message names the row (index, provider, prefix) and field."""
-
-
-class UnknownProviderError(CacheRulesError, LookupError):
-    """No cache rules exist for the provider asked about."""
-
-
 @dataclass(frozen=True, slots=True)
 class CacheRules:
     """One model family's prompt-caching rules, as the provider documents them.
@@ -115,7 +107,7 @@ class CacheRules:
     """Explicit mode: the block fields the API takes a breakpoint in, the one cachekit writes first."""
     marker_types: frozenset[str] | None = None
     """Explicit mode: the content-block types that may carry a breakpoint (``None``: the Messages API's
-    own list, :data:`cachekit.blocks` ``_MARKABLE_TYPES``)."""
+    own list, :data:`cachekit.shape.blocks` ``_MARKABLE_TYPES``)."""
     marker_roles: frozenset[str] | None = None
     """Explicit mode: the message roles whose blocks may carry one (``None``: any role)."""
     implicit_breakpoint: bool = False

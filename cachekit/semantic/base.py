@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from cachekit.errors import CachekitError
+from cachekit.errors import DimensionMismatchError, SemanticError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,17 +36,6 @@ __all__ = [
     "Vector",
     "VectorIndex",
 ]
-
-
-class SemanticError(CachekitError):
-    """The semantic layer failed (embedder, index). On the request path it is a logged, counted miss."""
-
-
-class DimensionMismatchError(SemanticError, ValueError):
-    """A vector's dimension differs from the one its partition holds (the embedding model changed).
-
-    Vectors of different models are never mixed: the add or search is refused.
-    """
 
 
 @runtime_checkable

@@ -8,7 +8,7 @@ does (a Redis that others may write to), so its entries are not trusted as they 
   without the secret nobody can make an entry that verifies, nor move one to another partition,
   another answer or another question;
 * the answer's key must lie in the requester's own exact partition (exact keys carry their namespace
-  and partition in the clear, :func:`cachekit.exact.keys.store_key`): even someone who read the secret
+  and partition in the clear, :func:`cachekit.stores.keys.store_key`): even someone who read the secret
   cannot serve one tenant's answer to another, and with encryption at rest the answer under that key
   is the genuine one (its ciphertext is bound to its key).
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from cachekit.exact.keys import digest_fields
 from cachekit.semantic.base import Candidate
+from cachekit.stores.keys import digest_fields
 
 __all__ = ["EntryBinding"]
 
@@ -39,7 +39,7 @@ class EntryBinding:
     Args:
         secret: the store's secret (the MAC key, under this module's own domain).
         owner: what the key of every answer the requester may be served starts with: the exact key's
-            kind, namespace and partition (:func:`cachekit.exact.keys.key_prefix`).
+            kind, namespace and partition (:func:`cachekit.stores.keys.key_prefix`).
     """
 
     __slots__ = ("_secret", "owner")

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachekit._progress import Progress, tracked
-from cachekit.exact.keys import probe_key
 from cachekit.semantic.base import Candidate, Embedder, Vector, VectorIndex
 from cachekit.semantic.guards import ContentWordGuard
 from cachekit.semantic.matcher import REASON_VERIFIER, Matcher, build_matcher
+from cachekit.stores.keys import probe_key
 
 __all__ = [
     "Counts",

@@ -25,14 +25,14 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import orjson
 
 from cachekit import _fork
-from cachekit.errors import CachekitError, ConfigError
+from cachekit.errors import ConfigError, Finding, PrefixLintError
 from cachekit.shape.blocks import Block, content_digest, prompt_blocks
 from cachekit.shape.texts import TextMemo
 
@@ -178,57 +178,6 @@ _FIXES = {
     "messages_changed": "append to the conversation instead of editing earlier messages: an edit "
     "invalidates the cache from that message on",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One reason a prompt's prefix will not be reused, with where it is and how to fix it.
-
-    Attributes:
-        code: ``timestamp``, ``date``, ``uuid``, ``request_id``, ``hex_digest``, ``temp_path``,
-            ``custom`` (volatile text), or ``tools_reordered``, ``tools_changed``,
-            ``tool_choice_changed``, ``thinking_changed``, ``effort_changed``, ``model_changed``,
-            ``system_changed``, ``messages_changed`` (a change since the conversation's previous call).
-        message: one human line; it names positions, never prompt text.
-        where: the block's path (``system.0``, ``tools.3``, ``messages.4.content.1``, as
-            :attr:`cachekit.shape.blocks.Block.where`), or a top-level field (``tool_choice``, ``model``).
-        block: the block's index in prefix order, ``None`` for a top-level field.
-        offset: the character offset of ``match`` in the block's text (for a tool, its canonical JSON),
-            ``None`` when the finding is about a whole block or field.
-        match: the volatile text, or the tool's name for tool findings; ``None`` otherwise. This is
-            prompt text: it is handed to the callback and never logged (nor shown by ``repr``).
-        fix: a suggested fix, one line.
-    """
-
-    code: str
-    message: str
-    where: str
-    block: int | None
-    offset: int | None
-    match: str | None = field(repr=False)
-    fix: str
-
-
-class PrefixLintError(CachekitError):
-    """Raised by :meth:`PrefixLinter.check` with ``raise_on=True`` when a request has findings.
-
-    The message lists codes and locations only (no prompt text); :attr:`findings` holds them all.
-    """
-
-    def __init__(self, findings: Sequence[Finding]) -> None:
-        self.findings: tuple[Finding, ...] = tuple(findings)
-        places = "; ".join(_place(finding) for finding in self.findings)
-        count = len(self.findings)
-        super().__init__(f"prefix lint: {count} finding{'s' if count != 1 else ''}: {places}")
-
-
-def _place(finding: Finding) -> str:
-    """``code at where (block b, char c)``: the location of a finding, without prompt text."""
-    parts = [f"block {finding.block}"] if finding.block is not None else []
-    if finding.offset is not None:
-        parts.append(f"char {finding.offset}")
-    suffix = f" ({', '.join(parts)})" if parts else ""
-    return f"{finding.code} at {finding.where}{suffix}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -719,7 +668,7 @@ class PrefixLinter:
             findings += _compare(known.snapshot, snapshot, call)
         to_log = self._remember(key, known, snapshot, findings)
         for finding in to_log:
-            logger.warning("prefix lint: %s; fix: %s", _place(finding), finding.fix)
+            logger.warning("prefix lint: %s; fix: %s", finding.place, finding.fix)
         if self._on_finding is not None:
             for finding in findings:
                 self._on_finding(finding)

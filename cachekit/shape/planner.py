@@ -22,7 +22,7 @@ request will read:
    (stable across conversations). A candidate whose prefix is shorter than the model's minimum gets
    no marker (it would write nothing); a block that cannot carry one (thinking, an empty or cited
    text block) is never marked; a string shorthand becomes one text block to carry its marker.
-3. **Lifetimes**, chosen before the gap (:mod:`cachekit.gaps`): 1 hour where the tenant's timing
+3. **Lifetimes**, chosen before the gap (:mod:`cachekit.shape.lifetimes`): 1 hour where the tenant's timing
    statistics for the model (or the caller's expected gap) make its expected saving beat a 5-minute
    write, else 5 minutes; a caller's fixed lifetime is used as given. A marker never gets a shorter
    lifetime than a marker after it (1h before 5m), nor a longer one than the caller's markers
@@ -53,15 +53,7 @@ import orjson
 
 from cachekit import _fork
 from cachekit._types import Ttl
-from cachekit.gaps import Expect, GapMemory, WriteRates, choose_ttl, default_write_rates
-from cachekit.providers.breakpoints import (
-    TailOdds,
-    implicit_mode,
-    implicit_target,
-    marker_value,
-    parse_marker,
-    rebind,
-)
+from cachekit.errors import PlanError
 from cachekit.providers.cache_rules import MARKER_FIELDS, CacheRules, UnknownProviderError, cache_rules
 from cachekit.providers.registry import ROUTING_HEADERS, RULES_AS
 from cachekit.shape.blocks import (
@@ -71,6 +63,15 @@ from cachekit.shape.blocks import (
     chain_hashes,
     lookback_positions,
     prompt_blocks,
+)
+from cachekit.shape.lifetimes import Expect, GapMemory, WriteRates, choose_ttl, default_write_rates
+from cachekit.shape.markers import (
+    TailOdds,
+    implicit_mode,
+    implicit_target,
+    marker_value,
+    parse_marker,
+    rebind,
 )
 from cachekit.shape.tokens import TokenEstimator
 
@@ -98,10 +99,6 @@ _FIVE_MINUTES = 300.0
 _ONE_HOUR = 3600.0
 _ANTHROPIC_DIALECTS = ("anthropic_messages", "anthropic_count_tokens")
 _SECTION = operator.attrgetter("section")
-
-
-class PlanError(ValueError):
-    """A request the provider would refuse for its ``cache_control`` markers; the message names the blocks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -776,7 +773,8 @@ class Planner:
     ``rules_for`` maps (provider, model) to caching rules (default: the bundled table); ``estimator``
     counts tokens (default: ``o200k_base``, calibrated per model). :meth:`apply` plans a request;
     :meth:`commit` remembers it once the provider accepted it. ``gaps`` holds each tenant's timing
-    statistics per model, from which cache lifetimes are chosen before the gap (:mod:`cachekit.gaps`).
+    statistics per model, from which cache lifetimes are chosen before the gap
+    (:mod:`cachekit.shape.lifetimes`).
     Thread-safe.
 
     Bailian's explicit cache replaces its implicit one for the request (they are mutually exclusive,
@@ -965,8 +963,9 @@ class Planner:
         volatile: frozenset[int],
         expect: Expect | None,
     ) -> Recall:
-        """``recall`` with the lifetimes chosen before the gap (:func:`cachekit.gaps.choose_ttl`): for
-        the conversation's markers, and for the stable ones (system prompt end, tools end)."""
+        """``recall`` with the lifetimes chosen before the gap
+        (:func:`cachekit.shape.lifetimes.choose_ttl`): for the conversation's markers, and for the
+        stable ones (system prompt end, tools end)."""
         stats = self.gaps.stats(partition, model)
         stats.observe(recall.conversation_gap, recall.stable_gap)  # this request's own gaps count too
         rates = self.rates_for(provider, model) if expect is None else None

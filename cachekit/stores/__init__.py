@@ -6,7 +6,8 @@
 * :func:`store_from_url` — open any of them from a URL (``memory://``, ``sqlite:///path.db``,
   ``redis://host:6379/0``, ``redis+cluster://host:7000``).
 
-Every store keeps opaque bytes; :mod:`cachekit.stores.record` is the one format stored in them.
+Every store keeps opaque bytes; :mod:`cachekit.stores.record` is the one format stored in them, and
+:mod:`cachekit.stores.keys` the key schema: every key cachekit writes, and its partition.
 """
 
 from __future__ import annotations

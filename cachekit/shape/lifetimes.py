@@ -40,7 +40,7 @@ import orjson
 
 from cachekit import _fork
 from cachekit._types import Ttl
-from cachekit.exact.keys import GAP_KIND  # the schema of every key cachekit writes
+from cachekit.stores.keys import GAP_KIND  # the schema of every key cachekit writes
 
 if TYPE_CHECKING:
     from cachekit.cost.prices import PriceTable

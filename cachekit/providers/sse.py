@@ -47,6 +47,7 @@ from typing import Any
 import orjson
 
 from cachekit._types import Dialect
+from cachekit.errors import StreamError
 from cachekit.providers.answers import incomplete_answer
 
 __all__ = [
@@ -67,10 +68,6 @@ logger = logging.getLogger("cachekit.sse")
 _PIECE = 512
 
 _STREAMING_DIALECTS = ("anthropic_messages", "openai_chat", "openai_responses")
-
-
-class StreamError(ValueError):
-    """A stream that is incomplete or invalid: no terminator, an error event, junk, malformed data."""
 
 
 @dataclass(frozen=True, slots=True)

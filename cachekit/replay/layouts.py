@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 import orjson
 
-from cachekit.providers.breakpoints import rebind
 from cachekit.providers.cache_rules import cache_rules
 from cachekit.shape.blocks import prompt_blocks, text_of
+from cachekit.shape.markers import rebind
 from cachekit.shape.planner import add_marker
 
 __all__ = [

@@ -2,7 +2,7 @@
 which blocks may carry one, where a provider's own (implicit) breakpoint sits, and whether writing
 the conversation's end pays.
 
-The planner (:mod:`cachekit.planner`) places breakpoints the same way for every explicit-caching
+The planner (:mod:`cachekit.shape.planner`) places breakpoints the same way for every explicit-caching
 API; what differs between them is data (:class:`~cachekit.providers.cache_rules.CacheRules`):
 
 * the field: Anthropic's (and Model Studio's) ``cache_control: {"type": "ephemeral", "ttl"?}``, or

@@ -1,28 +1,5 @@
-"""``cachekit replay``: what each breakpoint policy would have cost on recorded agent traffic.
-
-A trace file holds one conversation per line, in the Anthropic Messages layout
-(``{"id", "system", "tools", "messages", ...}``, as in ``traces-dev.jsonl``). Request ``k`` of a
-conversation is what the client sent before assistant turn ``k``: the system prompt, the tools and
-every message before that turn. Each policy replays every conversation in order through a cachekit
-client (the real ``anthropic`` SDK) to the local backend with the scripted engine, whose accounting
-bills prompts by the provider's caching rules. Each request waits a think time of simulated seconds
-after the one before it (:class:`Gaps`: fixed, uniform, log-normal, or per conversation from the
-trace file), drawn once with a seed, so every policy sees the same timeline:
-
-* ``none``: no markers; ``system``: one marker after the system prompt; ``last``: one marker on the
-  last message; ``auto``: Anthropic's top-level automatic caching;
-* what users run: ``system+last`` (LiteLLM's and LangChain's Anthropic prompt-caching defaults: the
-  system prompt and the last message), ``system+last-1h`` (the same with 1-hour lifetimes) and
-  ``auto-1h`` (automatic caching with a 1-hour lifetime);
-* ``cachekit``: cachekit's planner, lifetimes learned from the traffic as it goes;
-* ``oracle-ttl``: cachekit's placement with each write's lifetime chosen knowing when the next
-  request of its conversation comes (1 hour for a gap between 5 minutes and an hour, else 5 minutes):
-  how far the choice of lifetime can go.
-
-Costs are input-side only, from the price table. The lower bound prices each request as if every
-token of its longest prefix shared with any earlier request (of any conversation) were a cache read,
-and the rest plain input, with no write premium and no minimum length: no placement can beat it.
-``savings_efficiency`` is the share of that ideal saving a policy achieved.
+"""The replay itself: trace files read, each policy's requests sent through a cachekit client to the
+local backend, and what each policy cost (the package's docstring, :mod:`cachekit.replay`, tells how).
 
 Only the prompt's blocks and usage counts are handled; nothing here logs prompt text.
 """
@@ -47,7 +24,8 @@ from cachekit._progress import Progress
 from cachekit._types import Ttl
 from cachekit.cost.prices import PriceTable, default_prices
 from cachekit.cost.usage import UsageRecord, usage_of_body
-from cachekit.replay_layouts import Layout, apply_openai_policy, dialect_of, policies_of, rewrite
+from cachekit.errors import TraceError
+from cachekit.replay.layouts import Layout, apply_openai_policy, dialect_of, policies_of, rewrite
 from cachekit.shape.blocks import cache_context, prompt_blocks
 from cachekit.shape.planner import add_marker
 
@@ -79,10 +57,6 @@ POLICIES = (
 )
 _EPHEMERAL = {"type": "ephemeral"}
 _PLANNED = ("cachekit", "oracle-ttl")  # sent as written; cachekit's planner places the markers
-
-
-class TraceError(ValueError):
-    """A trace line that cannot be replayed; the message names the line (and conversation)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,7 +526,7 @@ def replay(
     the line and request); the replay goes on with the next conversation. Needs the ``anthropic`` extra.
     ``progress`` is called as ``progress("replaying", done, total)``, counting each conversation once
     per policy. ``provider="openai"`` replays in an OpenAI ``layout`` (``chat`` by default, or
-    ``responses``; :mod:`cachekit.replay_layouts`) with its policies (``provider="bailian"``: Model
+    ``responses``; :mod:`cachekit.replay.layouts`) with its policies (``provider="bailian"``: Model
     Studio, Chat Completions). ``gaps`` draws the think times (with ``seed``); without it every
     request comes ``gap_seconds`` after the one before it.
     """

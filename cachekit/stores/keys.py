@@ -48,7 +48,7 @@ _EXACT_DOMAIN = b"cachekit/exact/v%d" % KEY_SCHEMA
 EXACT_KIND = f"ck{KEY_SCHEMA}"
 #: Memoized function results (``@cachekit.cached(memoize=True)``).
 MEMO_KIND = "ckm2"
-#: The breakpoint planner's timing statistics per partition and model (:mod:`cachekit.gaps`).
+#: The breakpoint planner's timing statistics per partition and model (:mod:`cachekit.shape.lifetimes`).
 GAP_KIND = "ckg1"
 #: The operator tools' short-lived probes, in no namespace or partition: ``cachekit health``'s entry
 #: (a 30-second TTL) and ``cachekit semantic-eval``'s index entries (10 minutes), each deleted by

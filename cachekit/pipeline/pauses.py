@@ -1,7 +1,7 @@
 """Stage: the planner's timing statistics (issue 19), read from and written to the cache store.
 
 The planner chooses 1-hour lifetimes before a pause is seen from the tenant's timing statistics
-(:mod:`cachekit.gaps`). They outlive the process in the store, under a key of their own per
+(:mod:`cachekit.shape.lifetimes`). They outlive the process in the store, under a key of their own per
 namespace, partition and model; they hold a few numbers, never prompt text. A store that fails here
 only means starting from nothing: logged, never raised (whatever ``on_cache_error`` says), and not
 counted against the store's circuit breaker.
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 
-from cachekit.exact.keys import store_key
-from cachekit.gaps import GAP_KIND, STATS_TTL
 from cachekit.pipeline.effects import Load, Save, Step
 from cachekit.pipeline.key import Call
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.shape import Shaper
 from cachekit.pipeline.view import RequestView
+from cachekit.shape.lifetimes import GAP_KIND, STATS_TTL
 from cachekit.shape.planner import Applied
+from cachekit.stores.keys import store_key
 
 __all__ = ["GapStatistics"]
 

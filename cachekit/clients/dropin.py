@@ -5,7 +5,7 @@ first use, so importing cachekit never imports an SDK): the SDK builds its own H
 always does (limits, keep-alive, proxies from the environment), then cachekit wraps that client's
 transports. ``copy()`` and ``with_options()`` hand the same HTTP client to the new SDK object, so
 caching carries over. A repeated call skips the SDK's own argument transformation where that is a
-pure function of the arguments (:mod:`cachekit.request_memo`).
+pure function of the arguments (:mod:`cachekit.clients.memo`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 from cachekit import _fork
 from cachekit._http import library_of
 from cachekit.cache import Cache, CacheLike, as_cache
+from cachekit.clients.memo import MEMOIZED_METHODS, RequestMemo, memoize_resources, record_post
 from cachekit.errors import ConfigError, MissingExtraError
-from cachekit.request_memo import MEMOIZED_METHODS, RequestMemo, memoize_resources, record_post
 from cachekit.transport import AsyncCachingTransport, CachingTransport
 
 __all__ = ["DROP_IN_CLIENTS", "cache_of", "drop_in_class", "install", "wrap"]
