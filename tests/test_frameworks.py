@@ -25,7 +25,7 @@ from cachekit.local import LocalBackend, LocalServer
 
 # Long enough to pass every Anthropic model's minimum cacheable prefix (the planner's rule).
 SYSTEM = " ".join(f"Policy {i}: keep answers short and cite clause {i}." for i in range(200))
-ANTHROPIC_MODEL = "claude-sonnet-4-5"
+ANTHROPIC_MODEL = "claude-sonnet-5-5"
 OPENAI_MODEL = "gpt-4.1-mini"
 
 

@@ -20,6 +20,7 @@ timing is involved (the server's own idle timeout ends a connection that a bug l
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,8 +36,11 @@ CAP = 8192
 MODEL = "claude-sonnet-4-5"
 HEAD = b"POST /v1/messages HTTP/1.1\r\nHost: local\r\nx-api-key: k\r\ncontent-type: application/json\r\n"
 
-#: Backends answer the scripted engine's deterministic reply for a body: this one is the oracle.
-_ORACLE = LocalBackend()
+@functools.cache
+def _oracle() -> LocalBackend:
+    """Backends answer the scripted engine's deterministic reply for a body: this one is the oracle
+    (made on first use, not at import: collection must not need the tokens extra)."""
+    return LocalBackend()
 
 
 @pytest.fixture
@@ -56,7 +60,7 @@ def body_of(marker: int, padding: int) -> bytes:
 
 
 def expected_text(body: bytes) -> str:
-    reply = _ORACLE.handle("POST", "/v1/messages", {"x-api-key": "k"}, body, host="local")
+    reply = _oracle().handle("POST", "/v1/messages", {"x-api-key": "k"}, body, host="local")
     assert reply.status == 200
     text: str = orjson.loads(reply.content)["content"][0]["text"]
     return text

@@ -107,7 +107,7 @@ def test_the_torch_extras_say_how_to_get_the_cpu_build_first() -> None:
         assert body.index(TORCH_CPU) < body.index(f"pip install '.[{extra}]'", body.index(TORCH_CPU)), page
     venv = (ROOT / "scripts" / "_venv.sh").read_text()
     assert "CK_TORCH_INDEX=${CACHEKIT_TORCH_INDEX-https://download.pytorch.org/whl/cpu}" in venv
-    assert '--extra-index-url "$CK_TORCH_INDEX"} "torch==' in venv
+    assert '--extra-index-url "$CK_TORCH_INDEX" "torch==' in venv
 
 
 class _Recorder:
