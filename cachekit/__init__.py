@@ -22,7 +22,6 @@ from cachekit.context import CallPolicy, current_policy, policy
 from cachekit.decorator import cached
 from cachekit.errors import (
     CachekitError,
-    CacheRuleError,
     CacheRulesError,
     CacheUnavailableError,
     ConfigError,
@@ -34,6 +33,7 @@ from cachekit.errors import (
     PlanError,
     PrefixLintError,
     PriceTableError,
+    RequestRefusedError,
     SemanticError,
     StoreError,
     StoreUnavailableError,
@@ -80,7 +80,6 @@ __all__ = [
     "AsyncStore",
     "Cache",
     "CacheConfig",
-    "CacheRuleError",
     "CacheRulesError",
     "CacheUnavailableError",
     "CachekitError",
@@ -97,6 +96,7 @@ __all__ = [
     "PlanError",
     "PrefixLintError",
     "PriceTableError",
+    "RequestRefusedError",
     "SQLiteStore",
     "SemanticConfig",
     "SemanticError",

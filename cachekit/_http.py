@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Iterable, Sequence
 from types import ModuleType
 from typing import Any, TypeAlias
 
@@ -47,9 +47,12 @@ def library_of(obj: object) -> ModuleType:
 
 
 def build_response(
-    library: ModuleType, status: int, headers: Sequence[tuple[str, str]], content: bytes
+    library: ModuleType,
+    status: int,
+    headers: Sequence[tuple[str, str]],
+    content: bytes | Iterable[bytes] | AsyncIterable[bytes],
 ) -> Response:
-    """A complete in-memory response of ``library``'s type."""
+    """A response of ``library``'s type: complete in memory (bytes), or streamed from an iterator."""
     return library.Response(
         status,
         headers=headers,

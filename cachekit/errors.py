@@ -11,7 +11,7 @@
     ├── MemoizeError           a memoized function's arguments are not JSON, or it needs name= (a TypeError)
     ├── PrefixLintError        lint="raise": volatile content in the cached prefix (cachekit.shape.lint)
     ├── PlanError              a request's own cache_control markers the provider would refuse (a ValueError)
-    ├── CacheRuleError         the local backend refuses a request by its provider's rules (a ValueError)
+    ├── RequestRefusedError    the local backend refuses a request as its provider would (a ValueError)
     ├── StreamError            an SSE stream that is incomplete or invalid (a ValueError)
     ├── TraceError             a trace line cachekit replay cannot read (a ValueError)
     ├── SemanticError          the semantic layer failed (embedder, index); a miss on the request path
@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from cachekit._version import DISTRIBUTION
 
 __all__ = [
-    "CacheRuleError",
     "CacheRulesError",
     "CacheUnavailableError",
     "CachekitError",
@@ -56,6 +55,7 @@ __all__ = [
     "PlanError",
     "PrefixLintError",
     "PriceTableError",
+    "RequestRefusedError",
     "SemanticError",
     "StoreError",
     "StoreUnavailableError",
@@ -179,12 +179,23 @@ class PlanError(CachekitError, ValueError):
     """A request the provider would refuse for its ``cache_control`` markers; the message names the blocks."""
 
 
-class CacheRuleError(CachekitError, ValueError):
-    """A request the provider refuses (HTTP 400 invalid_request_error); str() is the API's message.
+class RequestRefusedError(CachekitError, ValueError):
+    """A request the provider would refuse; the local backend answers it with the provider's error.
 
-    Raised by the local backend's accounting (:mod:`cachekit.local.accounting`), which answers it as the
-    provider's 400; not to be confused with :class:`CacheRulesError`, a malformed cache-rules file.
+    ``str()`` and :attr:`message` are the API's message; :attr:`status` its HTTP status (400, an
+    ``invalid_request_error``, unless said otherwise); :attr:`param` and :attr:`code` OpenAI's fields
+    of the same name. Raised while the local backend validates a request (:mod:`cachekit.local.parse`)
+    and bills it (:mod:`cachekit.local.accounting`), before any state changes.
     """
+
+    def __init__(
+        self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.param = param
+        self.code = code
 
 
 class StreamError(CachekitError, ValueError):

@@ -91,18 +91,10 @@ from cachekit.cost.ledger import Ledger, MemorySink
 from cachekit.local.backend import LocalBackend
 from cachekit.local.scripted import ByteTokenizer, Script, ScriptedEngine
 from cachekit.local.transport import LocalTransport, aiter_reply, build_response, iter_reply
-from cachekit.local.wire import (
-    JSON,
-    Dialect,
-    Reply,
-    dialect_of,
-    endpoint_of,
-    error_body,
-    headers,
-    request_id,
-    stream_error_event,
-)
+from cachekit.local.wire import JSON, Reply, family_for, headers, request_id
 from cachekit.pipeline.flights import Signal
+from cachekit.providers.error_bodies import status_error, stream_error_event
+from cachekit.providers.registry import Family, dialect_of
 
 if TYPE_CHECKING:
     from anthropic import Anthropic, AsyncAnthropic
@@ -385,11 +377,11 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
 
     def _reply(self, request: Any, recorded: RecordedRequest, scripted: _Scripted | None) -> Reply:
         method, headers, body = recorded.method, recorded.headers, recorded.body
-        endpoint = endpoint_of(method, recorded.path)
+        dialect = dialect_of(method, recorded.path)
         if scripted is not None:
-            return _scripted_reply(scripted, dialect_of(endpoint, headers), body)
+            return _scripted_reply(scripted, family_for(dialect, headers), body)
         reply = self._backend.handle(method, recorded.path, headers, body, host=str(request.url.host))
-        if reply.events is None or endpoint is None:
+        if reply.events is None or dialect is None:
             return reply
         with self._lock:
             stream_break = self._stream_breaks.popleft() if self._stream_breaks else None
@@ -397,21 +389,21 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
             return reply
         kept = list(itertools.islice(iter(reply.events), stream_break.after))
         if stream_break.how == "error":
-            return replace(reply, events=(*kept, stream_error_event(endpoint, stream_break.after)))
+            return replace(reply, events=(*kept, stream_error_event(dialect, stream_break.after)))
         return replace(reply, events=tuple(kept), disconnect=True)
 
 
-def _scripted_reply(scripted: _Scripted, dialect: Dialect, body: bytes) -> Reply:
-    rid = request_id(dialect)
+def _scripted_reply(scripted: _Scripted, family: Family, body: bytes) -> Reply:
+    rid = request_id(family)
     content = scripted.body
     if content is None:
         message = scripted.message
-        if message is None and dialect == "openai" and scripted.status == 404:
+        if message is None and family == "openai" and scripted.status == 404:
             model = _model_of(body)
             if model is not None:
                 message = f"The model `{model}` does not exist or you do not have access to it."
-        content = error_body(dialect, scripted.status, message, rid)
-    merged = dict(headers(dialect, scripted.content_type or JSON, rid))
+        content = orjson.dumps(status_error(family, scripted.status, message, request_id=rid))
+    merged = dict(headers(family, scripted.content_type or JSON, rid))
     merged.update(scripted.headers)
     return Reply(scripted.status, tuple(merged.items()), content)
 

@@ -571,12 +571,14 @@ def test_documents_are_numbered_as_the_api_numbers_them() -> None:
         "max_tokens": 64,
         "messages": [{"role": "user", "content": content}],
     }
-    documents = parse("messages", body, ByteTokenizer()).prompt.documents
+    documents = parse("anthropic_messages", body, ByteTokenizer()).prompt.documents
     assert [(d.kind, d.index, d.parts) for d in documents] == [
         ("text", 1, ("First. Second.",)),  # the PDF (which the engine does not read) still counts
         ("search_result", 0, ("Found.",)),
     ]
-    answer = ScriptedEngine(ByteTokenizer()).generate(parse("messages", body, ByteTokenizer()).prompt)
+    answer = ScriptedEngine(ByteTokenizer()).generate(
+        parse("anthropic_messages", body, ByteTokenizer()).prompt
+    )
     cited = [c for block in answer.blocks if isinstance(block, Text) for c in block.citations]
     assert [(c.kind, c.index, c.cited_text, c.start, c.end) for c in cited] == [
         ("char", 1, "First.", 0, 6),
@@ -622,12 +624,7 @@ def test_a_script_answers_and_the_limits_still_apply() -> None:
 def test_the_scripted_engine_is_deterministic() -> None:
     engine = ScriptedEngine(ByteTokenizer())
     for dialect, shape in CASES:
-        endpoint: Any = {
-            "anthropic_messages": "messages",
-            "openai_chat": "chat",
-            "openai_responses": "responses",
-        }[dialect]
-        prompt = parse(endpoint, request(dialect, shape, "Paris"), ByteTokenizer(), salt=b"tenant").prompt
+        prompt = parse(dialect, request(dialect, shape, "Paris"), ByteTokenizer(), salt=b"tenant").prompt
         first, again = engine.generate(prompt), engine.generate(prompt)
         assert list(first.blocks) == list(again.blocks), (dialect, shape)
         assert first.output_tokens == again.output_tokens

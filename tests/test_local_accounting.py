@@ -24,9 +24,9 @@ from cachekit.errors import ConfigError
 from cachekit.local.accounting import (
     AnthropicCache,
     AnthropicUsage,
-    CacheRuleError,
     OpenAICache,
     OpenAIUsage,
+    RequestRefusedError,
     Segment,
     Ttl,
 )
@@ -460,7 +460,7 @@ def test_one_hour_after_five_minutes_is_refused(cache: AnthropicCache) -> None:
         block("tool", 2000, "5m", section="tools", where="tools.0"),
         block("late", 2000, "1h", where="messages.0.content.4"),
     ]
-    with pytest.raises(CacheRuleError) as caught:
+    with pytest.raises(RequestRefusedError) as caught:
         cache.account(model=SONNET, partition=ORG, segments=prompt)
     assert str(caught.value) == (
         "messages.0.content.4.cache_control.ttl: a ttl='1h' cache_control block must not come after a "
@@ -476,7 +476,7 @@ def test_five_markers_are_refused_without_any_state_change(cache: AnthropicCache
     cache.account(model=SONNET, partition=ORG, segments=[old])
     clock.advance(200)
     five = [old, *(block(f"new {n}", 500, "5m") for n in range(4))]
-    with pytest.raises(CacheRuleError) as caught:
+    with pytest.raises(RequestRefusedError) as caught:
         cache.account(model=SONNET, partition=ORG, segments=five)
     assert str(caught.value) == "A maximum of 4 blocks with cache_control may be provided. Found 5."
     # Nothing was refreshed (the old entry still dies at 300) and nothing written (the new breakpoints miss).
@@ -491,20 +491,20 @@ def test_markers_on_ineligible_blocks_are_refused(cache: AnthropicCache) -> None
     thinking = block(
         "thought", 3000, "5m", eligible=False, where="messages.13.content.0", block_type="thinking"
     )
-    with pytest.raises(CacheRuleError) as caught:
+    with pytest.raises(RequestRefusedError) as caught:
         cache.account(model=SONNET, partition=ORG, segments=[thinking])
     assert str(caught.value) == "messages.13.content.0.thinking.cache_control: Extra inputs are not permitted"
     # "Empty text blocks cannot be cached"; the API: "cache_control cannot be set for empty text blocks"
     # (github.com/anthropics/claude-code/issues/54013)
     empty = block("", 0, "5m", eligible=False, where="messages.2.content.1", block_type="text")
-    with pytest.raises(CacheRuleError, match=r"^cache_control cannot be set for empty text blocks$"):
+    with pytest.raises(RequestRefusedError, match=r"^cache_control cannot be set for empty text blocks$"):
         cache.account(model=SONNET, partition=ORG, segments=[block("doc", 2000, section="system"), empty])
 
 
 def test_too_long_a_prompt_is_refused(cache: AnthropicCache) -> None:
     # The API: "prompt is too long: 208656 tokens > 200000 maximum" (github.com/sojohnnysaid/project-guide/
     # issues/2); Claude Haiku 4.5 "Context window: 200K tokens".
-    with pytest.raises(CacheRuleError, match=r"^prompt is too long: 200001 tokens > 200000 maximum$"):
+    with pytest.raises(RequestRefusedError, match=r"^prompt is too long: 200001 tokens > 200000 maximum$"):
         cache.account(model="claude-haiku-4-5", partition=ORG, segments=[block("x", 200_001)])
     assert (
         cache.account(model="claude-haiku-4-5", partition=ORG, segments=[block("x", 200_000)]).input_tokens
@@ -515,12 +515,12 @@ def test_too_long_a_prompt_is_refused(cache: AnthropicCache) -> None:
 def test_bailian_refuses_what_it_does_not_document(clock: ManualClock) -> None:
     bailian = AnthropicCache(provider="bailian", clock=clock)
     with pytest.raises(
-        CacheRuleError, match=r"messages\.0\.cache_control\.ttl: must be one of '5m', got '1h'"
+        RequestRefusedError, match=r"messages\.0\.cache_control\.ttl: must be one of '5m', got '1h'"
     ):
         bailian.account(
             model="qwen3-max", partition=ORG, segments=[block("doc", 2000, "1h", where="messages.0")]
         )
-    with pytest.raises(CacheRuleError, match="top-level cache_control is not supported"):
+    with pytest.raises(RequestRefusedError, match="top-level cache_control is not supported"):
         bailian.account(model="qwen3-max", partition=ORG, segments=[block("doc", 2000)], automatic="5m")
     # Qwen4 adds the 1-hour TTL and automatic caching.
     assert bailian.account(
@@ -533,7 +533,7 @@ def test_segments_out_of_prefix_order_are_a_caller_error(cache: AnthropicCache) 
         cache.account(
             model=SONNET, partition=ORG, segments=[block("m", 10), block("s", 10, section="system")]
         )
-    assert not isinstance(caught.value, CacheRuleError)
+    assert not isinstance(caught.value, RequestRefusedError)
     with pytest.raises(ValueError, match="tokens"):
         cache.account(model=SONNET, partition=ORG, segments=[block("m", -1)])
 
@@ -559,7 +559,7 @@ def test_automatic_uses_a_slot_and_is_a_no_op_on_a_same_ttl_marker(cache: Anthro
     # explicit cache_control with the same TTL, automatic caching is a no-op."
     four = [block(f"s{n}", 600, "5m", section="system") for n in range(4)]
     with pytest.raises(
-        CacheRuleError, match=r"^A maximum of 4 blocks with cache_control may be provided\. Found 5\.$"
+        RequestRefusedError, match=r"^A maximum of 4 blocks with cache_control may be provided\. Found 5\.$"
     ):
         cache.account(model=SONNET, partition=ORG, segments=[*four, block("q", 10)], automatic="5m")
     assert cache.account(model=SONNET, partition=ORG, segments=four, automatic="5m") == usage(0, 2400, 0, 0)
@@ -568,7 +568,9 @@ def test_automatic_uses_a_slot_and_is_a_no_op_on_a_same_ttl_marker(cache: Anthro
 def test_automatic_with_a_different_ttl_on_the_last_block_is_refused(cache: AnthropicCache) -> None:
     # "If the last block has an explicit cache_control with a different TTL, the API returns a 400 error."
     prompt = [block("doc", 2000, section="system"), block("q", 10, "5m", where="messages.0.content.0")]
-    with pytest.raises(CacheRuleError, match=r"^messages\.0\.content\.0\.cache_control\.ttl: the top-level"):
+    with pytest.raises(
+        RequestRefusedError, match=r"^messages\.0\.content\.0\.cache_control\.ttl: the top-level"
+    ):
         cache.account(model=SONNET, partition=ORG, segments=prompt, automatic="1h")
 
 
@@ -679,7 +681,7 @@ def test_read_plus_written_plus_input_is_the_whole_prompt(
         for prompt in (segs, segs, segs[:-1]):
             try:
                 result = cache.account(model=OPUS5, partition=ORG, segments=prompt, automatic=automatic)  # type: ignore[arg-type]
-            except CacheRuleError:
+            except RequestRefusedError:
                 break
             total = sum(s.tokens for s in prompt)
             assert (
@@ -746,7 +748,7 @@ def test_openai_24h_retention(openai: OpenAICache, clock: ManualClock) -> None:
     assert openai.account(model="gpt-5", partition=ORG, tokens=prompt).cached_tokens == 1024
     clock.advance(86_400)
     assert openai.account(model="gpt-5", partition=ORG, tokens=prompt).cached_tokens == 0
-    with pytest.raises(CacheRuleError, match="prompt_cache_retention"):
+    with pytest.raises(RequestRefusedError, match="prompt_cache_retention"):
         openai.account(model="gpt-5", partition=ORG, tokens=prompt, retention="1h")  # type: ignore[arg-type]
 
 
@@ -783,7 +785,7 @@ def test_openai_lru_capacity(clock: ManualClock) -> None:
 def test_openai_refuses_a_prompt_longer_than_the_context_window(openai: OpenAICache) -> None:
     # "This model's maximum context length is 128000 tokens. However, your messages resulted in 204308 tokens.
     # Please reduce the length of the messages." (github.com/webtimemachine/wtm2/issues/579)
-    with pytest.raises(CacheRuleError) as caught:
+    with pytest.raises(RequestRefusedError) as caught:
         openai.account(model="gpt-4o", partition=ORG, tokens=[1] * 128_001)
     assert str(caught.value) == (
         "This model's maximum context length is 128000 tokens. However, your messages resulted in "

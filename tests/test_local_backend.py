@@ -22,7 +22,11 @@ import orjson
 import pytest
 import tiktoken
 
+from cachekit._types import Dialect
 from cachekit.local import LocalBackend, LocalServer, LocalTransport, ManualClock, ScriptedEngine
+from cachekit.local.wire import error_reply
+from cachekit.pipeline import respond
+from cachekit.providers import family_of, route_request
 from cachekit.shape.tokens import encoding
 
 MODEL = "claude-sonnet-4-5"
@@ -593,3 +597,64 @@ def test_transformers_engine_over_http(tiny_server: tuple[LocalServer, Any]) -> 
         )
     assert completion.choices[0].finish_reason in ("length", "stop")
     assert completion.usage.completion_tokens <= 5
+
+
+# -- what the providers' APIs are is written once, in cachekit.providers ------------------------
+
+ROUTED_OR_NOT = [
+    "/v1/messages",
+    "/v1/messages/",
+    "/anthropic/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/chat/completions",
+    "/compatible-mode/v1/chat/completions",
+    "/v1/responses",
+    "/v1/embeddings",
+    "/v1/completions",
+    "/v1/messages/batches",
+    "/",
+]
+
+
+@pytest.mark.parametrize("method", ["POST", "GET"])
+def test_the_local_backend_serves_the_paths_cachekit_routes(method: str) -> None:
+    """A path is an API of the local backend exactly when cachekit routes it, in the same dialect: one
+    routing table (``cachekit.providers.registry``) for both."""
+    backend = LocalBackend()
+    for path in ROUTED_OR_NOT:
+        route = route_request(method, "http", "local.test", None, path)
+        # OpenAI's auth header on every request: the answer's shape follows the path, not the header.
+        reply = backend.handle(method, path, {"authorization": "Bearer k"}, b"{}")
+        if route is None:
+            assert reply.status == 404, path
+            continue
+        assert reply.status == 400, path  # routed: the API's own validation (the body has no model)
+        anthropic_shape = orjson.loads(reply.content).get("type") == "error"
+        assert anthropic_shape == route.dialect.startswith("anthropic"), path
+
+
+@pytest.mark.parametrize(
+    ("dialect", "status", "error_type"),
+    [
+        ("anthropic_messages", 400, "invalid_request_error"),
+        ("anthropic_messages", 404, "not_found_error"),
+        ("anthropic_messages", 504, "timeout_error"),
+        ("openai_chat", 400, "invalid_request_error"),
+        ("openai_responses", 500, "server_error"),
+    ],
+)
+def test_the_local_backend_and_the_pipeline_make_the_same_error_bytes(
+    dialect: Dialect, status: int, error_type: str
+) -> None:
+    """An error the local backend answers and one cachekit's pipeline makes itself (a refusal, an
+    ``only-if-cached`` miss) are one document for one status, type and message, byte for byte: the
+    local one adds only Anthropic's ``request_id``, as the API does."""
+    message = "prompt is too long: 9 tokens > 8 maximum"
+    local = error_reply(family_of(dialect), status, message)
+    request = httpx2.Request("POST", "http://local.test/v1/messages")
+    made = respond.synthetic(request, dialect, status, error_type, message).content
+    if family_of(dialect) == "anthropic":
+        rid = dict(local.headers)["request-id"]
+        assert local.content == made[:-1] + b',"request_id":"' + rid.encode() + b'"}'
+    else:
+        assert local.content == made

@@ -302,7 +302,7 @@ def test_every_marker_the_sdk_allows_is_counted(section: str, path: str, block: 
     else:
         assert (found.marker, found.nested) == (sdk_shapes.MARKER, ())
     # The local backend sees the same marker at the same place.
-    (segment,) = [s for s in parse("messages", body, ByteTokenizer()).segments if s.where == where]
+    (segment,) = [s for s in parse("anthropic_messages", body, ByteTokenizer()).segments if s.where == where]
     if path:
         assert (segment.marker, segment.nested) == (None, ((f"{where}.{path}", "5m"),))
     else:
@@ -318,7 +318,9 @@ def test_blocks_may_carry_a_marker_exactly_when_the_sdk_gives_them_one(kind: Any
     has_field = "cache_control" in typing.get_type_hints(kind)
     body = _body("messages", sdk_shapes.minimal(kind))
     (found,) = [b for b in prompt_blocks("anthropic_messages", body) if b.where == "messages.0.content.0"]
-    (segment,) = [s for s in parse("messages", body, ByteTokenizer()).segments if s.where == found.where]
+    (segment,) = [
+        s for s in parse("anthropic_messages", body, ByteTokenizer()).segments if s.where == found.where
+    ]
     assert found.eligible is segment.eligible is has_field
 
 

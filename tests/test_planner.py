@@ -29,7 +29,7 @@ import cachekit
 from cachekit.cache import Cache
 from cachekit.local import LocalBackend, LocalTransport, ManualClock, ScriptedEngine
 from cachekit.local.accounting import AnthropicCache
-from cachekit.local.parse import _BadRequest, parse
+from cachekit.local.parse import RequestRefusedError, parse
 from cachekit.local.scripted import ByteTokenizer
 from cachekit.providers.cache_rules import cache_rules
 from cachekit.shape.blocks import prompt_blocks
@@ -315,12 +315,12 @@ def test_planning_keeps_every_rule(case: tuple[dict[str, Any], list[int], Recall
     # The backend, which refuses what the API refuses (it counts nested markers too), accepts it,
     # unless it refuses the caller's own body (an empty text block, say): planning never fixes that.
     try:
-        parse("messages", body, ByteTokenizer())
-    except _BadRequest:
-        with pytest.raises(_BadRequest):
-            parse("messages", planned, ByteTokenizer())
+        parse("anthropic_messages", body, ByteTokenizer())
+    except RequestRefusedError:
+        with pytest.raises(RequestRefusedError):
+            parse("anthropic_messages", planned, ByteTokenizer())
         return
-    parsed = parse("messages", planned, ByteTokenizer())
+    parsed = parse("anthropic_messages", planned, ByteTokenizer())
     AnthropicCache().account(
         model=MODEL,
         partition=b"t",

@@ -83,7 +83,7 @@ def test_every_public_exception_is_in_the_one_tree() -> None:
         ("MissingExtraError", ImportError),
         ("MemoizeError", TypeError),
         ("PlanError", ValueError),
-        ("CacheRuleError", ValueError),
+        ("RequestRefusedError", ValueError),
         ("StreamError", ValueError),
         ("TraceError", ValueError),
         ("DimensionMismatchError", ValueError),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 import cachekit
 from tests.conftest import Harness
 from tests.requests import openai_responses
@@ -66,6 +68,22 @@ def test_a_streamed_hit_gets_its_prompts_back_too(harness: Harness) -> None:
     plain = sdk.call("responses.create", **_request())
     assert harness.upstream.calls == 1
     assert plain.instructions == SECRET_INSTRUCTIONS
+
+
+@pytest.mark.parametrize("store_prompts", [False, True], ids=["stripped", "stored"])
+def test_a_hit_echoes_the_tools_the_fresh_answer_echoed(harness: Harness, store_prompts: bool) -> None:
+    """A function tool's further fields (the SDK's FunctionTool: ``defer_loading``, ...) are echoed
+    alike by the answer upstream and by its replay: the local backend echoes tools with the function
+    that restores them (cachekit.providers.echo.echoed_tools)."""
+    sdk = harness.sdk("openai", cache=_config(harness, store_prompts=store_prompts))
+    body = _request()
+    body["tools"][1]["defer_loading"] = True
+    first = sdk.call("responses.with_raw_response.create", **body)
+    second = sdk.call("responses.with_raw_response.create", **body)
+    assert (first.headers["x-cachekit-cache"], second.headers["x-cachekit-cache"]) == ("miss", "hit")
+    original, replayed = first.parse(), second.parse()
+    assert original.tools[1].defer_loading is True
+    assert replayed.tools == original.tools
 
 
 def test_by_default_the_echo_is_stored_as_the_provider_sent_it(harness: Harness) -> None:

@@ -26,7 +26,7 @@ sets, their numbers (minimums, breakpoint limits, lookback, lifetimes, context w
 Caches never cross partitions (the tenant) or models: both are hashed into the root of every chain.
 Entries are evicted least-recently-used once their tokens exceed ``capacity_tokens``; an entry counts
 the tokens it added beyond the prefix it extends. Requests the provider refuses raise
-:class:`CacheRuleError` (with the API's message where it is known) before any state changes.
+:class:`RequestRefusedError` (with the API's message where it is known) before any state changes.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from cachekit import _fork
 from cachekit._types import Section, Ttl
-from cachekit.errors import CacheRuleError
+from cachekit.errors import RequestRefusedError
 from cachekit.local.clock import DEFAULT_CLOCK, Clock
 from cachekit.providers.cache_rules import CacheRules, cache_rules, default_cache_rules
 from cachekit.shape.blocks import lookback_positions
@@ -50,9 +50,9 @@ from cachekit.shape.blocks import lookback_positions
 __all__ = [
     "AnthropicCache",
     "AnthropicUsage",
-    "CacheRuleError",
     "OpenAICache",
     "OpenAIUsage",
+    "RequestRefusedError",
     "Retention",
     "Segment",
     "Ttl",
@@ -284,7 +284,7 @@ class AnthropicCache(_BilledCache):
         is the lifetime of the provider's own breakpoint where its rules place one
         (:attr:`CacheRules.implicit_breakpoint`; ``None`` when the request turned it off);
         ``cache_key`` is OpenAI's ``prompt_cache_key`` (another key is another cache). Raises
-        :class:`CacheRuleError` before changing any state when the provider would refuse the request.
+        :class:`RequestRefusedError` before changing any state when the provider would refuse the request.
         """
         rules = cache_rules(self._provider, model)
         if rules.mode != "explicit":
@@ -294,7 +294,7 @@ class AnthropicCache(_BilledCache):
         marks = _breakpoints(segs, automatic, rules, implicit if rules.implicit_breakpoint else None)
         total = sum(s.tokens for s in segs)
         if rules.context_window is not None and total > rules.context_window:
-            raise CacheRuleError(f"prompt is too long: {total} tokens > {rules.context_window} maximum")
+            raise RequestRefusedError(f"prompt is too long: {total} tokens > {rules.context_window} maximum")
         key = b"\x00" if cache_key is None else b"\x01" + cache_key.encode()
         hashes = _prefix_hashes(_root(b"explicit/v1", self._provider, partition, model, key), segs, context)
         prefix = list(itertools.accumulate(s.tokens for s in segs))  # tokens up to and including each
@@ -380,14 +380,14 @@ def _check_segments(segs: tuple[Segment, ...]) -> None:
             )
 
 
-def _ineligible(s: Segment) -> CacheRuleError:
+def _ineligible(s: Segment) -> RequestRefusedError:
     if s.block_type == "text":
         # The API's wording for an empty text block (github.com/anthropics/claude-code/issues/54013).
-        return CacheRuleError("cache_control cannot be set for empty text blocks")
+        return RequestRefusedError("cache_control cannot be set for empty text blocks")
     # The API rejects the field itself, e.g. "messages.13.content.0.thinking.cache_control: Extra inputs
     # are not permitted" (github.com/Wei-Shaw/sub2api/issues/225).
     block = _path(s.where, s.block_type) if s.block_type else s.where
-    return CacheRuleError(f"{_path(block, 'cache_control')}: Extra inputs are not permitted")
+    return RequestRefusedError(f"{_path(block, 'cache_control')}: Extra inputs are not permitted")
 
 
 def _breakpoints(
@@ -402,7 +402,7 @@ def _breakpoints(
             continue
         if s.marker_field not in rules.markers:
             # OpenAI's wording for a field it does not know.
-            raise CacheRuleError(f"Unknown parameter: '{_path(s.where, s.marker_field)}'.")
+            raise RequestRefusedError(f"Unknown parameter: '{_path(s.where, s.marker_field)}'.")
         if not _may_carry(s, rules):
             raise _ineligible(s)
         every.append((index, _valid_ttl(s.marker, s.where, rules), s.where))
@@ -411,7 +411,7 @@ def _breakpoints(
         every = _with_implicit(every, segs, implicit)
     if automatic is not None:
         if not rules.automatic_caching:
-            raise CacheRuleError(
+            raise RequestRefusedError(
                 f"cache_control: a top-level cache_control is not supported for {rules.provider}"
             )
         _valid_ttl(automatic, "", rules)
@@ -425,7 +425,7 @@ def _breakpoints(
                 every.append((target, automatic, segs[target].where))
             elif existing != automatic:
                 # The docs say only "the API returns a 400 error"; this wording is ours.
-                raise CacheRuleError(
+                raise RequestRefusedError(
                     f"{_path(segs[target].where, 'cache_control.ttl')}: the top-level cache_control "
                     f"(ttl={automatic!r}) conflicts with this block's cache_control (ttl={existing!r})"
                 )
@@ -433,14 +433,14 @@ def _breakpoints(
     limit = rules.max_breakpoints or 0
     if len(every) > limit and rules.over_limit == "error":
         # The automatic breakpoint "uses one of the 4 available breakpoint slots".
-        raise CacheRuleError(
+        raise RequestRefusedError(
             f"A maximum of {limit} blocks with cache_control may be provided. Found {len(every)}."
         )
     shortest = float("inf")
     for _, ttl, where in every if rules.ttl_order else ():
         seconds = rules.lifetime(ttl)
         if seconds > shortest:
-            raise CacheRuleError(f"{_path(where, 'cache_control.ttl')}: {_TTL_ORDER}")
+            raise RequestRefusedError(f"{_path(where, 'cache_control.ttl')}: {_TTL_ORDER}")
         shortest = min(shortest, seconds)
     # One breakpoint per segment, with the lifetime of its first marker (the longest, in valid order).
     marks: dict[int, str] = {}
@@ -497,7 +497,9 @@ def _valid_ttl(ttl: str, where: str, rules: CacheRules) -> str:
         return ttl  # the short and long tiers of a prompt_cache_breakpoint (30m, 12h)
     if ttl not in rules.ttl_seconds:
         options = ", ".join(repr(name) for name in rules.ttl_seconds)
-        raise CacheRuleError(f"{_path(where, 'cache_control.ttl')}: must be one of {options}, got {ttl!r}")
+        raise RequestRefusedError(
+            f"{_path(where, 'cache_control.ttl')}: must be one of {options}, got {ttl!r}"
+        )
     return ttl
 
 
@@ -539,13 +541,15 @@ class OpenAICache(_BilledCache):
         rules = cache_rules("openai", model)
         count = len(tokens)
         if rules.context_window is not None and count > rules.context_window:
-            raise CacheRuleError(
+            raise RequestRefusedError(
                 f"This model's maximum context length is {rules.context_window} tokens. However, your "
                 f"messages resulted in {count} tokens. Please reduce the length of the messages."
             )
         if retention not in rules.ttl_seconds:
             options = ", ".join(repr(name) for name in rules.ttl_seconds)
-            raise CacheRuleError(f"Invalid value for 'prompt_cache_retention': must be one of {options}.")
+            raise RequestRefusedError(
+                f"Invalid value for 'prompt_cache_retention': must be one of {options}."
+            )
         ttl = rules.ttl(retention)
         minimum = rules.min_cacheable_tokens
         step = rules.increment_tokens or 1

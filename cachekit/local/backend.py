@@ -5,8 +5,9 @@ headers and body and returns a :class:`~cachekit.local.wire.Reply`. Two thin she
 in-process httpx transports (:mod:`cachekit.local.transport`) and a real HTTP server
 (:mod:`cachekit.local.server`, ``cachekit serve``).
 
-A request goes through: routing → JSON → validation (:mod:`cachekit.local.parse`, the provider's
-error shapes) → model check → context-window check → cache accounting
+A request goes through: routing (the providers' own table:
+:func:`cachekit.providers.registry.dialect_of`) → JSON → validation (:mod:`cachekit.local.parse`, the
+provider's error shapes) → model check → context-window check → cache accounting
 (:mod:`cachekit.local.accounting`, which may refuse the request as the provider would, e.g. a 5th
 breakpoint) → the engine → rendering (:mod:`cachekit.local.wire`). Billing is separate from any
 physical reuse the engine does (its prefix KV cache), as at the providers.
@@ -34,25 +35,17 @@ from typing import Any, Literal
 import orjson
 
 from cachekit import _fork
-from cachekit._types import Ttl
-from cachekit.local.accounting import AnthropicCache, CacheRuleError, OpenAICache, Retention
+from cachekit._types import Dialect, Ttl
+from cachekit.errors import RequestRefusedError
+from cachekit.local.accounting import AnthropicCache, OpenAICache, Retention
 from cachekit.local.clock import Clock
 from cachekit.local.engine import Block, Engine, ToolCall
-from cachekit.local.parse import Parsed, _BadRequest, parse
-from cachekit.local.wire import (
-    BAD_JSON,
-    Billing,
-    Dialect,
-    Endpoint,
-    Reply,
-    dialect_of,
-    endpoint_of,
-    error_reply,
-    render,
-    stream_error_event,
-)
+from cachekit.local.parse import Parsed, parse
+from cachekit.local.wire import Billing, Reply, error_reply, family_for, render
 from cachekit.providers.announced import NO_PROMPT_CACHE, RULES_HEADER
 from cachekit.providers.cache_rules import cache_rules
+from cachekit.providers.error_bodies import BAD_JSON, stream_error_event
+from cachekit.providers.registry import Family, dialect_of, family_of
 
 __all__ = ["BackendStats", "LocalBackend", "Rules"]
 
@@ -147,43 +140,44 @@ class LocalBackend:
     ) -> Reply:
         """Answer one request (``headers`` with lower-case names). Never raises for bad input."""
         lowered = {key.lower(): value for key, value in headers.items()}
-        endpoint = endpoint_of(method, path)
-        dialect = dialect_of(endpoint, lowered)
+        dialect = dialect_of(method, path)
+        family = family_for(dialect, lowered)
         with self._lock:
             self._requests += 1
         try:
             reply = self._serve(
                 method=method,
                 path=path,
-                endpoint=endpoint,
                 dialect=dialect,
+                family=family,
                 headers=lowered,
                 body=body,
                 host=host,
             )
         except Exception:  # a bug here must cost one request its 500, never the connection or the server
-            logger.exception("the local backend failed on a %s request", endpoint or "non-API")
-            reply = error_reply(dialect, 500, "Internal server error")
+            logger.exception("the local backend failed on a %s request", dialect or "non-API")
+            reply = error_reply(family, 500, "Internal server error")
         if reply.status >= 400:
             with self._lock:
                 self._errors += 1
-        return replace(reply, headers=(*reply.headers, *self.announcement(dialect)))
+        return replace(reply, headers=(*reply.headers, *self.announcement(family)))
 
-    def rules_for(self, dialect: Dialect) -> str:
-        """The provider whose prompt-caching rules bill ``dialect``'s APIs (a name of cachekit's
-        cache-rules table), or ``none``."""
+    def rules_for(self, family: Family) -> str:
+        """The provider whose prompt-caching rules bill the APIs of ``family`` (``anthropic``: Messages;
+        ``openai``: Chat Completions and Responses): a name of cachekit's cache-rules table, or
+        ``none``."""
         rules = self.rules
         if rules == "auto":
-            rules = dialect
+            rules = family
         if rules == "anthropic":
             # Explicit breakpoints on the OpenAI-compatible APIs are Alibaba Cloud Model Studio's.
-            return "anthropic" if dialect == "anthropic" else "bailian"
+            return "anthropic" if family == "anthropic" else "bailian"
         return rules if rules == "openai" else NO_PROMPT_CACHE
 
-    def announcement(self, dialect: Dialect) -> tuple[tuple[str, str], ...]:
-        """The header that names the rules an answer in ``dialect`` is billed by (none when
+    def announcement(self, family: Family) -> tuple[tuple[str, str], ...]:
+        """The header that names the rules an answer in ``family``'s shape is billed by (none when
         ``announce`` is off). Every answer carries it, errors included."""
-        return ((RULES_HEADER, self.rules_for(dialect)),) if self._announce else ()
+        return ((RULES_HEADER, self.rules_for(family)),) if self._announce else ()
 
     def close(self) -> None:
         """Close the engine (it persists its caches where it keeps them on disk)."""
@@ -202,89 +196,86 @@ class LocalBackend:
         *,
         method: str,
         path: str,
-        endpoint: Endpoint | None,
-        dialect: Dialect,
+        dialect: Dialect | None,
+        family: Family,
         headers: dict[str, str],
         body: bytes,
         host: str,
     ) -> Reply:
-        if endpoint is None:
-            message = "Not Found" if dialect == "anthropic" else f"Invalid URL ({method.upper()} {path})"
-            return error_reply(dialect, 404, message, code="")  # OpenAI: no code for an unknown path
+        if dialect is None:
+            message = "Not Found" if family == "anthropic" else f"Invalid URL ({method} {path})"
+            return error_reply(family, 404, message, code="")  # OpenAI: no code for an unknown path
         try:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError:
-            return error_reply(dialect, 400, BAD_JSON[dialect])
+            return error_reply(family, 400, BAD_JSON[family])
         if not isinstance(payload, dict):
-            return error_reply(dialect, 400, BAD_JSON[dialect])
+            return error_reply(family, 400, BAD_JSON[family])
         try:
             tenant = tenant_of(headers)
-            parsed = parse(endpoint, payload, self.engine.tokenizer, salt=tenant)
-            self._check_model(dialect, parsed)
-            self._check_context(dialect, endpoint, parsed)
-            billing = self._bill(endpoint, dialect, payload, parsed, tenant)
-        except _BadRequest as error:
-            return error_reply(dialect, error.status, error.message, param=error.param, code=error.code)
-        except CacheRuleError as error:
-            return error_reply(dialect, 400, str(error))
-        if endpoint == "count_tokens":
-            return render(endpoint, payload, _Nothing(), billing, host)
+            parsed = parse(dialect, payload, self.engine.tokenizer, salt=tenant)
+            self._check_model(family, parsed)
+            self._check_context(dialect, parsed)
+            billing = self._bill(dialect, payload, parsed, tenant)
+        except RequestRefusedError as error:
+            return error_reply(family, error.status, error.message, param=error.param, code=error.code)
+        if dialect == "anthropic_count_tokens":
+            return render(dialect, payload, _Nothing(), billing, host)
         try:
             generation = self.engine.generate(parsed.prompt)
-            reply = render(endpoint, payload, generation, billing, host)
+            reply = render(dialect, payload, generation, billing, host)
         except Exception:  # an engine failure is the provider's 500, never a crashed server
             logger.exception("the %s engine failed", self.engine.name)
-            return error_reply(dialect, 500, "Internal server error")
+            return error_reply(family, 500, "Internal server error")
         if reply.events is not None:
             return Reply(
-                reply.status, reply.headers, events=_guarded(reply.events, endpoint, self.engine.name)
+                reply.status, reply.headers, events=_guarded(reply.events, dialect, self.engine.name)
             )
         return reply
 
-    def _check_model(self, dialect: Dialect, parsed: Parsed) -> None:
+    def _check_model(self, family: Family, parsed: Parsed) -> None:
         model = parsed.prompt.model
         if self._accept_any_model or model == self.engine.name:
             return
         known = self._models if self._models is not None else _known_models()
         if model in known or (self._models is None and (model.lower() in known or _known_prefix(model))):
             return
-        if dialect == "anthropic":
-            raise _BadRequest(f"model: {model}", status=404)
-        raise _BadRequest(
+        if family == "anthropic":
+            raise RequestRefusedError(f"model: {model}", status=404)
+        raise RequestRefusedError(
             f"The model `{model}` does not exist or you do not have access to it.",
             status=404,
             code="model_not_found",
         )
 
-    def _check_context(self, dialect: Dialect, endpoint: Endpoint, parsed: Parsed) -> None:
-        window = _context_window(dialect, parsed.prompt.model, self.engine.context_window)
+    def _check_context(self, dialect: Dialect, parsed: Parsed) -> None:
+        family = family_of(dialect)
+        window = _context_window(family, parsed.prompt.model, self.engine.context_window)
         if window is None:
             return
         length = max(self.engine.prompt_tokens(parsed.prompt), sum(s.tokens for s in parsed.segments))
         if length <= window:
             return
-        if dialect == "anthropic":
-            raise _BadRequest(f"prompt is too long: {length} tokens > {window} maximum")
-        if endpoint == "responses":
-            raise _BadRequest(
+        if family == "anthropic":
+            raise RequestRefusedError(f"prompt is too long: {length} tokens > {window} maximum")
+        if dialect == "openai_responses":
+            raise RequestRefusedError(
                 "Your input exceeds the context window of this model. "
                 "Please adjust your input and try again.",
                 param="input",
                 code="context_length_exceeded",
             )
-        raise _BadRequest(
+        raise RequestRefusedError(
             f"This model's maximum context length is {window} tokens. However, your messages resulted in "
             f"{length} tokens. Please reduce the length of the messages.",
             param="messages",
             code="context_length_exceeded",
         )
 
-    def _bill(
-        self, endpoint: Endpoint, dialect: Dialect, payload: dict[str, Any], parsed: Parsed, tenant: bytes
-    ) -> Billing:
+    def _bill(self, dialect: Dialect, payload: dict[str, Any], parsed: Parsed, tenant: bytes) -> Billing:
         total = sum(segment.tokens for segment in parsed.segments)
-        rules = self.rules_for(dialect)
-        if endpoint == "count_tokens" or rules == NO_PROMPT_CACHE:
+        rules = self.rules_for(family_of(dialect))
+        if dialect == "anthropic_count_tokens" or rules == NO_PROMPT_CACHE:
             billing = Billing(total)
         elif rules != "openai":
             # The rule sets lock their own state: no backend lock around them.
@@ -303,7 +294,7 @@ class LocalBackend:
                 usage.ephemeral_1h_input_tokens,
             )
         elif cache_rules("openai", parsed.prompt.model).mode == "explicit":
-            billing = self._bill_breakpoints(endpoint, payload, parsed, tenant)
+            billing = self._bill_breakpoints(dialect, payload, parsed, tenant)
         else:
             retention: Retention = "24h" if payload.get("prompt_cache_retention") == "24h" else "in_memory"
             key = payload.get("prompt_cache_key")
@@ -315,7 +306,7 @@ class LocalBackend:
                 cache_key=key if isinstance(key, str) else None,
             )
             billing = Billing(total, cached.cached_tokens)
-        if endpoint != "count_tokens":
+        if dialect != "anthropic_count_tokens":
             with self._lock:
                 self._billed[0] += billing.total
                 self._billed[1] += billing.cache_read
@@ -323,11 +314,11 @@ class LocalBackend:
         return billing
 
     def _bill_breakpoints(
-        self, endpoint: Endpoint, payload: dict[str, Any], parsed: Parsed, tenant: bytes
+        self, dialect: Dialect, payload: dict[str, Any], parsed: Parsed, tenant: bytes
     ) -> Billing:
         """OpenAI GPT-5.6 and later: breakpoints, the implicit one unless ``prompt_cache_options.mode``
         is ``explicit``, writes reported in ``cache_write_tokens``."""
-        implicit = _prompt_cache_options(endpoint, payload)
+        implicit = _prompt_cache_options(dialect, payload)
         key = payload.get("prompt_cache_key")
         usage = self._openai_explicit.account(
             model=parsed.prompt.model,
@@ -346,7 +337,7 @@ class LocalBackend:
         )
 
 
-def _prompt_cache_options(endpoint: Endpoint, payload: dict[str, Any]) -> Ttl | None:
+def _prompt_cache_options(dialect: Dialect, payload: dict[str, Any]) -> Ttl | None:
     """The implicit breakpoint's lifetime tier from ``prompt_cache_options``, or ``None`` in explicit
     mode; refused as the API refuses it ("ttl defaults to 30m"; Chat takes only 30m, Responses 30m
     and 12h: the openai SDK's types)."""
@@ -354,20 +345,20 @@ def _prompt_cache_options(endpoint: Endpoint, payload: dict[str, Any]) -> Ttl | 
     if options is None:
         return "5m"
     if not isinstance(options, dict):
-        raise _BadRequest(
+        raise RequestRefusedError(
             "Invalid type for 'prompt_cache_options': expected an object.", param="prompt_cache_options"
         )
     mode = options.get("mode", "implicit")
     if mode not in ("implicit", "explicit"):
-        raise _BadRequest(
+        raise RequestRefusedError(
             "Invalid value for 'prompt_cache_options.mode'.",
             param="prompt_cache_options.mode",
             code="invalid_value",
         )
-    ttls = ("30m", "12h") if endpoint == "responses" else ("30m",)
+    ttls = ("30m", "12h") if dialect == "openai_responses" else ("30m",)
     ttl = options.get("ttl", "30m")
     if ttl not in ttls:
-        raise _BadRequest(
+        raise RequestRefusedError(
             "Invalid value for 'prompt_cache_options.ttl'.",
             param="prompt_cache_options.ttl",
             code="invalid_value",
@@ -391,7 +382,7 @@ class _Nothing:
         return iter(())
 
 
-def _guarded(events: Iterable[bytes], endpoint: Endpoint, engine: str) -> Iterator[bytes]:
+def _guarded(events: Iterable[bytes], dialect: Dialect, engine: str) -> Iterator[bytes]:
     """A stream whose engine fails midway ends with the provider's error event, not a broken socket."""
     sent = 0
     try:
@@ -400,7 +391,7 @@ def _guarded(events: Iterable[bytes], endpoint: Endpoint, engine: str) -> Iterat
             yield event
     except Exception:
         logger.exception("the %s engine failed while streaming", engine)
-        yield stream_error_event(endpoint, sent)
+        yield stream_error_event(dialect, sent)
 
 
 @functools.lru_cache(maxsize=1)
@@ -420,11 +411,11 @@ def _known_prefix(model: str) -> bool:
     return any(lowered.startswith((name + "-", name + "@", name + ":")) for name in _known_models())
 
 
-def _context_window(dialect: Dialect, model: str, engine_window: int | None) -> int | None:
+def _context_window(family: Family, model: str, engine_window: int | None) -> int | None:
     """The smaller of the model's documented window and the engine's own."""
     from cachekit.providers.cache_rules import cache_rules
 
     # An engine must keep room for at least one generated token.
     room = engine_window - 1 if engine_window is not None else None
-    windows = [w for w in (cache_rules(dialect, model).context_window, room) if w is not None]
+    windows = [w for w in (cache_rules(family, model).context_window, room) if w is not None]
     return min(windows) if windows else None

@@ -1,7 +1,8 @@
 """Provider requests, parsed: the engine's :class:`Prompt` and the billing's cacheable positions.
 
-Each API's body is validated the way the provider validates it (a :class:`_BadRequest` carries the
-provider's status, message and ``param``), then reduced to two views:
+Each API's body is validated the way the provider validates it (a
+:class:`~cachekit.errors.RequestRefusedError` carries the provider's status, message and ``param``),
+then reduced to two views:
 
 * a :class:`~cachekit.local.engine.Prompt` for the engine (turns, tools, limits);
 * the prompt's cacheable positions in prefix order (tools, then system, then messages: one position
@@ -20,34 +21,22 @@ from typing import Any
 
 import orjson
 
-from cachekit._types import Section, Ttl
+from cachekit._types import Dialect, Section, Ttl
+from cachekit.errors import RequestRefusedError
 from cachekit.local.accounting import Segment
 from cachekit.local.engine import Document, Prompt, Tokenizer, ToolCall, ToolChoice, ToolSpec, Turn
-from cachekit.local.wire import Endpoint
 from cachekit.providers.cache_rules import MARKER_FIELDS
+from cachekit.providers.registry import Family, family_of
 from cachekit.shape.blocks import block_text as _block_text
 from cachekit.shape.blocks import cache_context, nested_markers, without_markers
 from cachekit.shape.blocks import text_of as _text_of
 
-__all__ = ["Parsed", "parse"]
+__all__ = ["Parsed", "RequestRefusedError", "parse"]
 
 _VOLATILE = ("stream", "stream_options")
 # Message content blocks without a cache_control field (the anthropic SDK's block params, stable and
 # beta): a marker on one is refused, and the automatic one walks back past it.
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking", "fallback", "mcp_tool_listing"})
-
-
-class _BadRequest(Exception):
-    """A request the provider refuses: ``status``, the provider's ``message`` and ``param``/``code``."""
-
-    def __init__(
-        self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.param = param
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -143,10 +132,10 @@ def breakpoint_ttl(value: Any, where: str) -> Ttl:
     "12h"}``, the openai SDK's ``PromptCacheBreakpoint``): 30m (the request's default) is the short
     tier, 12h the long one."""
     if not isinstance(value, dict) or value.get("mode") != "explicit":
-        raise _BadRequest(f"Invalid value for '{where}.mode': expected 'explicit'.", param=where)
+        raise RequestRefusedError(f"Invalid value for '{where}.mode': expected 'explicit'.", param=where)
     ttl = value.get("ttl", "30m")
     if ttl not in ("30m", "12h"):
-        raise _BadRequest(f"Invalid value for '{where}.ttl': expected '30m' or '12h'.", param=where)
+        raise RequestRefusedError(f"Invalid value for '{where}.ttl': expected '30m' or '12h'.", param=where)
     return "5m" if ttl == "30m" else "1h"
 
 
@@ -164,34 +153,34 @@ def _nested(block: Any, where: str) -> tuple[tuple[str, Ttl], ...]:
 def cache_control_ttl(control: Any, where: str) -> Ttl:
     """The TTL of a ``cache_control`` object, validated as the Messages API validates it."""
     if not isinstance(control, dict) or control.get("type") != "ephemeral":
-        raise _BadRequest(f"{where}.type: Input should be 'ephemeral'")
+        raise RequestRefusedError(f"{where}.type: Input should be 'ephemeral'")
     ttl = control.get("ttl", "5m")
     if ttl not in ("5m", "1h"):
-        raise _BadRequest(f"{where}.ttl: Input should be '5m' or '1h'")
+        raise RequestRefusedError(f"{where}.ttl: Input should be '5m' or '1h'")
     return "5m" if ttl == "5m" else "1h"
 
 
 def _int_field(
-    payload: dict[str, Any], name: str, *, required: bool, minimum: int = 0, dialect: str = "anthropic"
+    payload: dict[str, Any], name: str, *, required: bool, minimum: int = 0, family: Family = "anthropic"
 ) -> int | None:
     value = payload.get(name)
     if value is None:
         if required:
-            raise _BadRequest(f"{name}: Field required", param=name)
+            raise RequestRefusedError(f"{name}: Field required", param=name)
         return None
     if not isinstance(value, int) or isinstance(value, bool):
-        if dialect == "openai":
+        if family == "openai":
             raise _openai_invalid(name, "an integer", value)
-        raise _BadRequest(f"{name}: Input should be a valid integer", param=name)
+        raise RequestRefusedError(f"{name}: Input should be a valid integer", param=name)
     if value < minimum:
-        if dialect == "openai":
-            raise _BadRequest(
+        if family == "openai":
+            raise RequestRefusedError(
                 f"Invalid '{name}': integer below minimum value. "
                 f"Expected a value >= {minimum}, but got {value} instead.",
                 param=name,
                 code="integer_below_min_value",
             )
-        raise _BadRequest(f"{name}: Input should be greater than or equal to {minimum}", param=name)
+        raise RequestRefusedError(f"{name}: Input should be greater than or equal to {minimum}", param=name)
     return value
 
 
@@ -202,7 +191,7 @@ def _stops(value: Any, name: str) -> tuple[str, ...]:
         return (value,)
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return tuple(value)
-    raise _BadRequest(f"{name}: Input should be a valid list of strings", param=name)
+    raise RequestRefusedError(f"{name}: Input should be a valid list of strings", param=name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,11 +212,11 @@ def _anthropic_choice(value: Any) -> ToolChoice:
 def _anthropic_tools(payload: dict[str, Any], b: _Builder) -> list[ToolSpec]:
     tools = payload.get("tools") or []
     if not isinstance(tools, list):
-        raise _BadRequest("tools: Input should be a valid list", param="tools")
+        raise RequestRefusedError("tools: Input should be a valid list", param="tools")
     specs: list[ToolSpec] = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-            raise _BadRequest(f"tools.{i}.name: Field required", param="tools")
+            raise RequestRefusedError(f"tools.{i}.name: Field required", param="tools")
         b.position(
             "tools",
             tool,
@@ -255,26 +244,32 @@ def _anthropic_system(payload: dict[str, Any], b: _Builder) -> None:
                 or block.get("type") != "text"
                 or not isinstance(block.get("text"), str)
             ):
-                raise _BadRequest(f"system.{i}: Input should be a valid text block", param="system")
+                raise RequestRefusedError(f"system.{i}: Input should be a valid text block", param="system")
             if not block["text"]:
-                raise _BadRequest("system: text content blocks must be non-empty", param="system")
+                raise RequestRefusedError("system: text content blocks must be non-empty", param="system")
             b.position("system", block, block["text"], f"system.{i}")
             texts.append(block["text"])
         if texts:
             b.turns.append(Turn("system", "\n".join(texts)))
     elif system is not None:
-        raise _BadRequest("system: Input should be a valid string or list of text blocks", param="system")
+        raise RequestRefusedError(
+            "system: Input should be a valid string or list of text blocks", param="system"
+        )
 
 
 def _anthropic_turns(messages: list[Any], b: _Builder) -> None:
     for m, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise _BadRequest(f"messages.{m}.role: Input should be 'user' or 'assistant'", param="messages")
+            raise RequestRefusedError(
+                f"messages.{m}.role: Input should be 'user' or 'assistant'", param="messages"
+            )
         content = message.get("content")
         role = message["role"]
         if isinstance(content, str):
             if not content and not (role == "assistant" and m == len(messages) - 1):
-                raise _BadRequest(f"messages.{m}: text content blocks must be non-empty", param="messages")
+                raise RequestRefusedError(
+                    f"messages.{m}: text content blocks must be non-empty", param="messages"
+                )
             if content:
                 # The string shorthand is one text block; it cannot carry a marker.
                 b.position(
@@ -287,9 +282,9 @@ def _anthropic_turns(messages: list[Any], b: _Builder) -> None:
             b.turns.append(Turn(role, content))
             continue
         if not isinstance(content, list):
-            raise _BadRequest(f"messages.{m}.content: Field required", param="messages")
+            raise RequestRefusedError(f"messages.{m}.content: Field required", param="messages")
         if not content and not (role == "assistant" and m == len(messages) - 1):
-            raise _BadRequest(
+            raise RequestRefusedError(
                 f"messages.{m}: all messages must have non-empty content except for the optional final "
                 "assistant message",
                 param="messages",
@@ -298,12 +293,12 @@ def _anthropic_turns(messages: list[Any], b: _Builder) -> None:
         for c, block in enumerate(content):
             where = f"messages.{m}.content.{c}"
             if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                raise _BadRequest(f"{where}.type: Field required", param="messages")
+                raise RequestRefusedError(f"{where}.type: Field required", param="messages")
             kind = block["type"]
             if kind == "text" and not isinstance(block.get("text"), str):
-                raise _BadRequest(f"{where}.text: Input should be a valid string", param="messages")
+                raise RequestRefusedError(f"{where}.text: Input should be a valid string", param="messages")
             if kind == "text" and not block.get("text"):
-                raise _BadRequest(f"{where}: text content blocks must be non-empty", param="messages")
+                raise RequestRefusedError(f"{where}: text content blocks must be non-empty", param="messages")
             eligible = kind not in _UNMARKABLE
             b.position(
                 "messages",
@@ -392,21 +387,21 @@ def _tools_include(payload: dict[str, Any], prefix: str) -> bool:
     )
 
 
-def _reasoning(endpoint: Endpoint, payload: dict[str, Any]) -> bool:
+def _reasoning(dialect: Dialect, payload: dict[str, Any]) -> bool:
     """Whether the request turns the model's reasoning on."""
-    if endpoint in ("messages", "count_tokens"):
+    if family_of(dialect) == "anthropic":
         thinking = payload.get("thinking")
         return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
-    if endpoint == "chat":
+    if dialect == "openai_chat":
         effort = payload.get("reasoning_effort")
         return isinstance(effort, str) and effort != "none"
     reasoning = payload.get("reasoning")
     return isinstance(reasoning, dict) and reasoning.get("effort") != "none"
 
 
-def _parallel(endpoint: Endpoint, payload: dict[str, Any]) -> bool:
+def _parallel(dialect: Dialect, payload: dict[str, Any]) -> bool:
     """Whether one answer may make several tool calls."""
-    if endpoint in ("messages", "count_tokens"):
+    if family_of(dialect) == "anthropic":
         choice = payload.get("tool_choice")
         return not (isinstance(choice, dict) and choice.get("disable_parallel_tool_use") is True)
     return payload.get("parallel_tool_calls") is not False
@@ -417,11 +412,11 @@ def _parse_messages(
 ) -> tuple[ToolChoice, list[ToolSpec], Ttl | None, bytes, dict[str, Any] | None]:
     messages = payload.get("messages")
     if messages is None:
-        raise _BadRequest("messages: Field required", param="messages")
+        raise RequestRefusedError("messages: Field required", param="messages")
     if not isinstance(messages, list):
-        raise _BadRequest("messages: Input should be a valid list", param="messages")
+        raise RequestRefusedError("messages: Input should be a valid list", param="messages")
     if not messages:
-        raise _BadRequest("messages: at least one message is required", param="messages")
+        raise RequestRefusedError("messages: at least one message is required", param="messages")
     specs = _anthropic_tools(payload, b)
     _anthropic_system(payload, b)
     _anthropic_turns(messages, b)
@@ -441,20 +436,20 @@ def _parse_messages(
 # OpenAI Chat Completions and Responses
 
 
-def _openai_choice(value: Any, endpoint: Endpoint) -> ToolChoice:
+def _openai_choice(value: Any, dialect: Dialect) -> ToolChoice:
     if value in ("none", "required"):
         return ToolChoice("none" if value == "none" else "any")
     if isinstance(value, dict) and value.get("type") == "function":
-        holder = value.get("function") if endpoint == "chat" else value
+        holder = value.get("function") if dialect == "openai_chat" else value
         if not isinstance(holder, dict) or not isinstance(holder.get("name"), str):
-            raise _BadRequest(
+            raise RequestRefusedError(
                 "Invalid value for 'tool_choice': a function tool choice needs a function name.",
                 param="tool_choice",
                 code="invalid_value",
             )
         return ToolChoice("tool", holder["name"])
     if isinstance(value, str) and value != "auto":
-        raise _BadRequest(
+        raise RequestRefusedError(
             f"Invalid value for 'tool_choice': {value!r}. "
             "Supported values are: 'none', 'auto' and 'required'.",
             param="tool_choice",
@@ -463,15 +458,15 @@ def _openai_choice(value: Any, endpoint: Endpoint) -> ToolChoice:
     return ToolChoice()
 
 
-def _openai_schema(spec: Any, endpoint: Endpoint) -> dict[str, Any] | None:
+def _openai_schema(spec: Any, dialect: Dialect) -> dict[str, Any] | None:
     if not isinstance(spec, dict):
         return None
     if spec.get("type") == "json_object":
         return {}
     if spec.get("type") == "json_schema":
-        holder = spec.get("json_schema") if endpoint == "chat" else spec
+        holder = spec.get("json_schema") if dialect == "openai_chat" else spec
         if not isinstance(holder, dict):
-            raise _BadRequest(
+            raise RequestRefusedError(
                 "Invalid type for 'response_format.json_schema': expected an object.",
                 param="response_format.json_schema",
                 code="invalid_type",
@@ -479,8 +474,8 @@ def _openai_schema(spec: Any, endpoint: Endpoint) -> dict[str, Any] | None:
         schema = holder.get("schema")
         return schema if isinstance(schema, dict) else {}
     if spec.get("type") != "text":
-        where = "response_format" if endpoint == "chat" else "text.format"
-        raise _BadRequest(
+        where = "response_format" if dialect == "openai_chat" else "text.format"
+        raise RequestRefusedError(
             f"Invalid value for '{where}.type': {spec.get('type')!r}. "
             "Supported values are: 'text', 'json_object' and 'json_schema'.",
             param=f"{where}.type",
@@ -489,21 +484,25 @@ def _openai_schema(spec: Any, endpoint: Endpoint) -> dict[str, Any] | None:
     return None
 
 
-def _openai_tools(payload: dict[str, Any], b: _Builder, endpoint: Endpoint) -> list[ToolSpec]:
+def _openai_tools(payload: dict[str, Any], b: _Builder, dialect: Dialect) -> list[ToolSpec]:
     tools = payload.get("tools") or []
     if not isinstance(tools, list):
-        raise _BadRequest("Invalid type for 'tools': expected an array.", param="tools", code="invalid_type")
+        raise RequestRefusedError(
+            "Invalid type for 'tools': expected an array.", param="tools", code="invalid_type"
+        )
     specs = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
-            raise _BadRequest(f"Invalid type for 'tools[{i}]': expected an object.", param=f"tools[{i}]")
+            raise RequestRefusedError(
+                f"Invalid type for 'tools[{i}]': expected an object.", param=f"tools[{i}]"
+            )
         b.position(
             "tools",
             tool,
             _canonical({k: v for k, v in tool.items() if k != "cache_control"}).decode(),
             f"tools.{i}",
         )
-        function = tool.get("function") if endpoint == "chat" else tool
+        function = tool.get("function") if dialect == "openai_chat" else tool
         if (
             tool.get("type") == "function"
             and isinstance(function, dict)
@@ -524,7 +523,7 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
         "tool",
         "function",
     ):
-        raise _BadRequest(
+        raise RequestRefusedError(
             f"Invalid value for 'messages[{m}].role'.", param=f"messages[{m}].role", code="invalid_value"
         )
     role = message["role"]
@@ -536,7 +535,7 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
     elif isinstance(content, list):
         for c, part in enumerate(content):
             if not isinstance(part, dict):
-                raise _BadRequest(
+                raise RequestRefusedError(
                     f"Invalid type for 'messages[{m}].content[{c}]'.", param=f"messages[{m}].content[{c}]"
                 )
             kind = part.get("type")
@@ -550,13 +549,13 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
                 block_type=kind if isinstance(kind, str) else "",
             )
     elif content is not None or role != "assistant":
-        raise _BadRequest(
+        raise RequestRefusedError(
             f"Missing required parameter: 'messages[{m}].content'.", param=f"messages[{m}].content"
         )
     calls = []
     tool_calls = message.get("tool_calls")
     if tool_calls is not None and not isinstance(tool_calls, list):
-        raise _BadRequest(
+        raise RequestRefusedError(
             f"Invalid type for 'messages[{m}].tool_calls': expected an array.",
             param=f"messages[{m}].tool_calls",
             code="invalid_type",
@@ -564,7 +563,7 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
     for k, call in enumerate(tool_calls or []):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise _BadRequest(
+            raise RequestRefusedError(
                 f"Invalid type for 'messages[{m}].tool_calls[{k}].function': expected an object.",
                 param=f"messages[{m}].tool_calls[{k}].function",
                 code="invalid_type",
@@ -603,27 +602,27 @@ def _parse_chat(
 ) -> tuple[ToolChoice, list[ToolSpec], dict[str, Any] | None]:
     messages = payload.get("messages")
     if messages is None:
-        raise _BadRequest(
+        raise RequestRefusedError(
             "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
         )
     if not isinstance(messages, list):
         raise _openai_invalid("messages", "an array of objects", messages)
     if not messages:
-        raise _BadRequest(
+        raise RequestRefusedError(
             "Invalid 'messages': empty array. Expected an array with minimum length 1, "
             "but got an empty array instead.",
             param="messages",
             code="empty_array",
         )
-    specs = _openai_tools(payload, b, "chat")
+    specs = _openai_tools(payload, b, "openai_chat")
     leading = True
     for m, message in enumerate(messages):
         leading = leading and isinstance(message, dict) and message.get("role") in ("system", "developer")
         _chat_message(message, m, b, leading=leading)
     return (
-        _openai_choice(payload.get("tool_choice"), "chat"),
+        _openai_choice(payload.get("tool_choice"), "openai_chat"),
         specs,
-        _openai_schema(payload.get("response_format"), "chat"),
+        _openai_schema(payload.get("response_format"), "openai_chat"),
     )
 
 
@@ -632,14 +631,14 @@ def _parse_responses(
 ) -> tuple[ToolChoice, list[ToolSpec], dict[str, Any] | None]:
     if payload.get("previous_response_id") is not None:
         rid = payload["previous_response_id"]
-        raise _BadRequest(
+        raise RequestRefusedError(
             f"Previous response with id '{rid}' not found.", status=404, param="previous_response_id"
         )
     if "input" not in payload:
-        raise _BadRequest(
+        raise RequestRefusedError(
             "Missing required parameter: 'input'.", param="input", code="missing_required_parameter"
         )
-    specs = _openai_tools(payload, b, "responses")
+    specs = _openai_tools(payload, b, "openai_responses")
     instructions = payload.get("instructions")
     if isinstance(instructions, str) and instructions:
         b.position("system", {"instructions": instructions}, instructions, "instructions", role="system")
@@ -653,12 +652,14 @@ def _parse_responses(
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
-        raise _BadRequest(
+        raise RequestRefusedError(
             "Invalid 'input': expected a string or a non-empty array.", param="input", code="invalid_value"
         )
     for i, item in enumerate(items):
         if not isinstance(item, dict):
-            raise _BadRequest(f"Invalid type for 'input[{i}]': expected an object.", param=f"input[{i}]")
+            raise RequestRefusedError(
+                f"Invalid type for 'input[{i}]': expected an object.", param=f"input[{i}]"
+            )
         kind = item.get("type", "message")
         where = f"input.{i}"
         if kind == "message":
@@ -684,7 +685,11 @@ def _parse_responses(
             b.position("messages", item, _canonical(item).decode(), where)
     text_config = payload.get("text")
     spec = text_config.get("format") if isinstance(text_config, dict) else None
-    return _openai_choice(payload.get("tool_choice"), "responses"), specs, _openai_schema(spec, "responses")
+    return (
+        _openai_choice(payload.get("tool_choice"), "openai_responses"),
+        specs,
+        _openai_schema(spec, "openai_responses"),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -705,8 +710,8 @@ def _json_kind(value: Any) -> str:
     return "an array" if isinstance(value, list) else "an object"
 
 
-def _openai_invalid(name: str, expected: str, value: Any) -> _BadRequest:
-    return _BadRequest(
+def _openai_invalid(name: str, expected: str, value: Any) -> RequestRefusedError:
+    return RequestRefusedError(
         f"Invalid type for '{name}': expected {expected}, but got {_json_kind(value)} instead.",
         param=name,
         code="invalid_type",
@@ -717,22 +722,22 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check_sampling(endpoint: Endpoint, payload: dict[str, Any]) -> None:
+def _check_sampling(dialect: Dialect, payload: dict[str, Any]) -> None:
     """Sampling parameters must be numbers. Anthropic validates in lax mode (a numeric string passes,
     and its message says why another does not); OpenAI wants a JSON number."""
-    names = _ANTHROPIC_SAMPLING if endpoint in ("messages", "count_tokens") else _OPENAI_SAMPLING
+    names = _ANTHROPIC_SAMPLING if family_of(dialect) == "anthropic" else _OPENAI_SAMPLING
     for name in names:
         value = payload.get(name)
         if value is None or _is_number(value):
             continue
-        if endpoint not in ("messages", "count_tokens"):
+        if family_of(dialect) == "openai":
             raise _openai_invalid(name, "a decimal", value)
         if not isinstance(value, str):
-            raise _BadRequest(f"{name}: Input should be a valid number", param=name)
+            raise RequestRefusedError(f"{name}: Input should be a valid number", param=name)
         try:
             float(value)
         except ValueError:
-            raise _BadRequest(
+            raise RequestRefusedError(
                 f"{name}: Input should be a valid number, unable to parse string as a number", param=name
             ) from None
 
@@ -741,15 +746,15 @@ _ANTHROPIC_SAMPLING = ("temperature", "top_p")
 _OPENAI_SAMPLING = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
 
 
-def _check_common(endpoint: Endpoint, payload: dict[str, Any]) -> None:
+def _check_common(dialect: Dialect, payload: dict[str, Any]) -> None:
     """Top-level fields the answer echoes or obeys: refused like the provider refuses them."""
     stream = payload.get("stream")
     if stream is not None and not isinstance(stream, bool):
-        if endpoint in ("messages", "count_tokens"):
-            raise _BadRequest("stream: Input should be a valid boolean", param="stream")
+        if family_of(dialect) == "anthropic":
+            raise RequestRefusedError("stream: Input should be a valid boolean", param="stream")
         raise _openai_invalid("stream", "a boolean", stream)
-    _check_sampling(endpoint, payload)
-    if endpoint in ("messages", "count_tokens"):
+    _check_sampling(dialect, payload)
+    if family_of(dialect) == "anthropic":
         return
     for name, kind, expected in (
         ("stream_options", dict, "an object"),
@@ -762,63 +767,63 @@ def _check_common(endpoint: Endpoint, payload: dict[str, Any]) -> None:
             raise _openai_invalid(name, expected, payload[name])
     retention = payload.get("prompt_cache_retention")
     if retention is not None and retention not in ("in_memory", "24h"):
-        raise _BadRequest(
+        raise RequestRefusedError(
             f"Invalid value for 'prompt_cache_retention': {retention!r}. "
             "Supported values are: 'in_memory' and '24h'.",
             param="prompt_cache_retention",
             code="invalid_value",
         )
     truncation = payload.get("truncation")
-    if endpoint == "responses" and truncation is not None and truncation not in ("auto", "disabled"):
-        raise _BadRequest(
+    if dialect == "openai_responses" and truncation is not None and truncation not in ("auto", "disabled"):
+        raise RequestRefusedError(
             f"Invalid value for 'truncation': {truncation!r}. Supported values are: 'auto' and 'disabled'.",
             param="truncation",
             code="invalid_value",
         )
     n = payload.get("n")
-    if endpoint == "chat" and n is not None and n != 1:
-        raise _BadRequest(
+    if dialect == "openai_chat" and n is not None and n != 1:
+        raise RequestRefusedError(
             "n: the local backend answers one choice per request; send n=1 (or leave it out).",
             param="n",
             code="unsupported_value",
         )
 
 
-def parse(endpoint: Endpoint, payload: dict[str, Any], tokenizer: Tokenizer, *, salt: bytes = b"") -> Parsed:
-    """Validate ``payload`` as ``endpoint`` does and parse it; raises :class:`_BadRequest`."""
+def parse(dialect: Dialect, payload: dict[str, Any], tokenizer: Tokenizer, *, salt: bytes = b"") -> Parsed:
+    """Validate ``payload`` as ``dialect`` does and parse it; raises :class:`RequestRefusedError`."""
     model = payload.get("model")
     if not isinstance(model, str) or not model:
-        if endpoint in ("messages", "count_tokens"):
-            raise _BadRequest("model: Field required", param="model")
-        raise _BadRequest(
+        if family_of(dialect) == "anthropic":
+            raise RequestRefusedError("model: Field required", param="model")
+        raise RequestRefusedError(
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
         )
-    _check_common(endpoint, payload)
-    b = _Builder(tokenizer, nested=endpoint in ("messages", "count_tokens"))
+    _check_common(dialect, payload)
+    b = _Builder(tokenizer, nested=family_of(dialect) == "anthropic")
     automatic: Ttl | None = None
     context = b""
     stop: tuple[str, ...]
     specs: list[ToolSpec]
-    if endpoint in ("messages", "count_tokens"):
+    if family_of(dialect) == "anthropic":
         # 0 pre-warms the prompt cache without generating anything (the Messages API documents it).
-        max_tokens = _int_field(payload, "max_tokens", required=endpoint == "messages", minimum=0)
+        max_tokens = _int_field(payload, "max_tokens", required=dialect == "anthropic_messages", minimum=0)
         if max_tokens == 0 and payload.get("stream") is True:
-            raise _BadRequest("max_tokens: 0 is not supported with streaming", param="max_tokens")
+            raise RequestRefusedError("max_tokens: 0 is not supported with streaming", param="max_tokens")
         choice, specs, automatic, context, schema = _parse_messages(payload, b)
         stop = _stops(payload.get("stop_sequences"), "stop_sequences")
-    elif endpoint == "chat":
-        max_tokens = _int_field(payload, "max_completion_tokens", required=False, minimum=1, dialect="openai")
+    elif dialect == "openai_chat":
+        max_tokens = _int_field(payload, "max_completion_tokens", required=False, minimum=1, family="openai")
         if max_tokens is None:
-            max_tokens = _int_field(payload, "max_tokens", required=False, minimum=1, dialect="openai")
+            max_tokens = _int_field(payload, "max_tokens", required=False, minimum=1, family="openai")
         choice, specs, schema = _parse_chat(payload, b)
         stop = _stops(payload.get("stop"), "stop")
         context = cache_context(payload)
     else:
-        max_tokens = _int_field(payload, "max_output_tokens", required=False, minimum=16, dialect="openai")
+        max_tokens = _int_field(payload, "max_output_tokens", required=False, minimum=16, family="openai")
         choice, specs, schema = _parse_responses(payload, b)
         stop = ()
         context = cache_context(payload)
-    anthropic = endpoint in ("messages", "count_tokens")
+    anthropic = family_of(dialect) == "anthropic"
     messages = payload.get("messages")
     prompt = Prompt(
         model=model,
@@ -830,10 +835,10 @@ def parse(endpoint: Endpoint, payload: dict[str, Any], tokenizer: Tokenizer, *, 
         stop=stop,
         salt=salt,
         digest=digest(payload),
-        reasoning=_reasoning(endpoint, payload),
-        parallel_tool_calls=_parallel(endpoint, payload),
+        reasoning=_reasoning(dialect, payload),
+        parallel_tool_calls=_parallel(dialect, payload),
         documents=_anthropic_documents(messages) if anthropic and isinstance(messages, list) else (),
         web_search=_tools_include(payload, "web_search")
-        or (endpoint == "chat" and payload.get("web_search_options") is not None),
+        or (dialect == "openai_chat" and payload.get("web_search_options") is not None),
     )
     return Parsed(prompt, tuple(b.segments), tuple(b.tokens), automatic, context)

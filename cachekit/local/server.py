@@ -31,7 +31,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from cachekit.local.backend import LocalBackend
-from cachekit.local.wire import dialect_of, endpoint_of, error_reply
+from cachekit.local.wire import error_reply, family_for
+from cachekit.providers.registry import dialect_of
 
 __all__ = ["LocalServer"]
 
@@ -196,9 +197,9 @@ class _Handler(BaseHTTPRequestHandler):
         except _BadBody as bad:
             # The rest of the body is unread: answer in the API's shape and close the connection.
             self.close_connection = True
-            dialect = dialect_of(endpoint_of(self.command, path), headers)
-            reply = error_reply(dialect, bad.status, str(bad))
-            announced = self.server.backend.announcement(dialect)
+            family = family_for(dialect_of(self.command, path), headers)
+            reply = error_reply(family, bad.status, str(bad))
+            announced = self.server.backend.announcement(family)
             self._send(reply.status, [*reply.headers, *announced, ("connection", "close")], reply.content)
             return
         reply = self.server.backend.handle(

@@ -23,6 +23,7 @@ from typing import Any
 import anyio.to_thread
 import httpx2
 
+from cachekit import _http
 from cachekit._http import library_of
 from cachekit.local.backend import LocalBackend
 from cachekit.local.wire import Reply
@@ -35,13 +36,7 @@ _END = object()
 
 def build_response(lib: ModuleType, reply: Reply, content: Any) -> Any:
     """An httpx/httpx2 ``Response`` for ``reply`` with ``content`` (bytes or a byte iterator)."""
-    phrase: str = lib.codes.get_reason_phrase(reply.status)
-    return lib.Response(
-        reply.status,
-        headers=list(reply.headers),
-        content=content,
-        extensions={"http_version": b"HTTP/1.1", "reason_phrase": phrase.encode("ascii")},
-    )
+    return _http.build_response(lib, reply.status, reply.headers, content)
 
 
 def iter_reply(

@@ -1,10 +1,16 @@
-"""The providers' wire formats: response bodies, SSE event streams, error bodies and headers.
+"""The providers' wire formats as the local backend answers: response bodies, SSE event streams,
+errors and headers.
 
 One place knows what an Anthropic ``message``, an OpenAI ``chat.completion`` (and its chunks) and a
 Responses ``response`` (and its lifecycle events) look like, field by field, as the official SDKs'
 types declare them (``anthropic/types/message.py``, ``raw_message_stream_event.py``,
-``openai/types/chat/chat_completion*.py``, ``openai/types/responses/response*.py``). The local backend
-and :class:`cachekit.testing.FakeUpstream` both render through it.
+``openai/types/chat/chat_completion*.py``, ``openai/types/responses/response*.py``), made from a
+local engine's generation. The local backend and :class:`cachekit.testing.FakeUpstream` both render
+through it. What cachekit's pipeline knows of the same APIs is not written again here: which path is
+which dialect (:func:`cachekit.providers.registry.dialect_of`), the error documents
+(:mod:`cachekit.providers.error_bodies`), how an event is framed and what an Anthropic stream's
+``message_delta`` carries (:mod:`cachekit.providers.sse`), the tools a Responses answer echoes
+(:func:`cachekit.providers.echo.echoed_tools`).
 
 Streams are generators: text pieces are sent as the engine produces them, and the closing events
 (which carry the final usage) only once it has finished.
@@ -17,12 +23,13 @@ import hashlib
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 
+from cachekit._types import Dialect
 from cachekit.local.engine import (
     Block,
     Citation,
@@ -35,22 +42,19 @@ from cachekit.local.engine import (
     ToolCall,
     WebSearch,
 )
+from cachekit.providers.echo import echoed_tools
+from cachekit.providers.error_bodies import status_error
+from cachekit.providers.registry import Family, family_of
+from cachekit.providers.sse import ANTHROPIC_DELTA_USAGE, CHAT_DONE, encode_event, responses_event
 
 __all__ = [
     "Billing",
-    "Dialect",
-    "Endpoint",
     "Reply",
-    "dialect_of",
-    "endpoint_of",
     "error_reply",
+    "family_for",
     "json_reply",
     "render",
-    "stream_error_event",
 ]
-
-Dialect = Literal["anthropic", "openai"]
-Endpoint = Literal["messages", "count_tokens", "chat", "responses"]
 
 JSON = "application/json"
 SSE = "text/event-stream; charset=utf-8"
@@ -97,32 +101,16 @@ class Reply:
 
 
 # ---------------------------------------------------------------------------------------------
-# Routing
+# Whose answer
 
 
-def endpoint_of(method: str, path: str) -> Endpoint | None:
-    """The API a request addresses, matched by path suffix so any base URL works; ``None`` if none."""
-    path = path.rstrip("/")
-    if method.upper() != "POST":
-        return None
-    if path.endswith("/v1/messages/count_tokens"):
-        return "count_tokens"
-    if path.endswith("/v1/messages"):
-        return "messages"
-    if path.endswith("/chat/completions"):
-        return "chat"
-    if path.endswith("/responses"):
-        return "responses"
-    return None
-
-
-def dialect_of(endpoint: Endpoint | None, headers: dict[str, str]) -> Dialect:
-    """Whose error shapes to answer in (an unknown path: guessed from the auth headers)."""
-    if endpoint in ("messages", "count_tokens"):
-        return "anthropic"
-    if endpoint in ("chat", "responses"):
-        return "openai"
-    if "anthropic-version" in headers or "x-api-key" in headers:
+def family_for(dialect: Dialect | None, request_headers: Mapping[str, str]) -> Family:
+    """Whose shapes (errors, ids, headers) to answer in: the dialect's family, or for a request the
+    routing table does not know (``dialect`` ``None``), a guess from its auth headers (lower-case
+    names)."""
+    if dialect is not None:
+        return family_of(dialect)
+    if "anthropic-version" in request_headers or "x-api-key" in request_headers:
         return "anthropic"
     return "openai"
 
@@ -135,14 +123,14 @@ def _base62(size: int) -> str:
     return "".join(secrets.choice(_BASE62) for _ in range(size))
 
 
-def request_id(dialect: Dialect) -> str:
+def request_id(family: Family) -> str:
     """A fresh request id in the provider's format."""
-    return "req_011C" + _base62(20) if dialect == "anthropic" else "req_" + uuid.uuid4().hex
+    return "req_011C" + _base62(20) if family == "anthropic" else "req_" + uuid.uuid4().hex
 
 
-def headers(dialect: Dialect, content_type: str, rid: str) -> tuple[tuple[str, str], ...]:
+def headers(family: Family, content_type: str, rid: str) -> tuple[tuple[str, str], ...]:
     """The response headers a provider sends with every answer."""
-    if dialect == "anthropic":
+    if family == "anthropic":
         return (
             ("content-type", content_type),
             ("request-id", rid),
@@ -157,14 +145,9 @@ def headers(dialect: Dialect, content_type: str, rid: str) -> tuple[tuple[str, s
     )
 
 
-def json_reply(dialect: Dialect, data: Any) -> Reply:
+def json_reply(family: Family, data: Any) -> Reply:
     """A 200 with a JSON body."""
-    return Reply(200, headers(dialect, JSON, request_id(dialect)), orjson.dumps(data))
-
-
-def _sse(data: Any, event: str | None = None) -> bytes:
-    head = f"event: {event}\n".encode() if event else b""
-    return head + b"data: " + orjson.dumps(data) + b"\n\n"
+    return Reply(200, headers(family, JSON, request_id(family)), orjson.dumps(data))
 
 
 def _pieces(text: str, size: int) -> list[str]:
@@ -182,114 +165,15 @@ def _mapping(value: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # Errors
 
-BAD_JSON: dict[Dialect, str] = {
-    "anthropic": "There was an error parsing the body of your request. Please check that it is valid JSON.",
-    "openai": "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
-    "using your HTTP library correctly.)",
-}
-
-# status -> (error.type, default message); https://docs.claude.com/en/api/errors
-_ANTHROPIC_ERRORS: dict[int, tuple[str, str]] = {
-    400: ("invalid_request_error", "Invalid request."),
-    401: ("authentication_error", "invalid x-api-key"),
-    402: ("billing_error", "Your credit balance is too low to access the Anthropic API."),
-    403: ("permission_error", "Your API key does not have permission to use the specified resource."),
-    404: ("not_found_error", "Not found"),
-    413: ("request_too_large", "Request exceeds the maximum allowed number of bytes."),
-    429: ("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit."),
-    500: ("api_error", "Internal server error"),
-    504: ("timeout_error", "Request timed out"),
-    529: ("overloaded_error", "Overloaded"),
-}
-
-# status -> (error.type, error.code, default message); what api.openai.com sends
-_OPENAI_ERRORS: dict[int, tuple[str, str | None, str]] = {
-    400: ("invalid_request_error", None, "Invalid request."),
-    401: ("invalid_request_error", "invalid_api_key", "Incorrect API key provided."),
-    403: (
-        "invalid_request_error",
-        "unsupported_country_region_territory",
-        "Country, region, or territory not supported",
-    ),
-    404: (
-        "invalid_request_error",
-        "model_not_found",
-        "The model does not exist or you do not have access to it.",
-    ),
-    429: ("requests", "rate_limit_exceeded", "Rate limit reached for requests. Please try again later."),
-    500: ("server_error", None, "The server had an error while processing your request. Sorry about that!"),
-    503: ("server_error", None, "The engine is currently overloaded, please try again later."),
-}
-
-
-def error_body(
-    dialect: Dialect,
-    status: int,
-    message: str | None,
-    rid: str,
-    *,
-    param: str | None = None,
-    code: str | None = None,
-) -> bytes:
-    """The provider's error document for ``status`` (``message`` replaces the default text; an empty
-    ``code`` sends ``null`` where the status has a default code, as OpenAI does for an unknown path)."""
-    if dialect == "anthropic":
-        kind, default = _ANTHROPIC_ERRORS.get(
-            status, ("api_error" if status >= 500 else "invalid_request_error", f"HTTP {status}")
-        )
-        error = {"type": kind, "message": message or default}
-        return orjson.dumps({"type": "error", "error": error, "request_id": rid})
-    kind, default_code, default = _OPENAI_ERRORS.get(
-        status, ("server_error" if status >= 500 else "invalid_request_error", None, f"HTTP {status}")
-    )
-    return orjson.dumps(
-        {
-            "error": {
-                "message": message or default,
-                "type": kind,
-                "param": param,
-                "code": default_code if code is None else (code or None),
-            }
-        }
-    )
-
 
 def error_reply(
-    dialect: Dialect, status: int, message: str, *, param: str | None = None, code: str | None = None
+    family: Family, status: int, message: str, *, param: str | None = None, code: str | None = None
 ) -> Reply:
-    """An error answer with the provider's body, headers and status."""
-    rid = request_id(dialect)
-    content = error_body(dialect, status, message, rid, param=param, code=code)
-    return Reply(status, headers(dialect, JSON, rid), content)
-
-
-def stream_error_event(endpoint: Endpoint, sequence: int = 0) -> bytes:
-    """The event a provider sends when a stream fails midway (no terminator follows it)."""
-    if endpoint == "messages":
-        return _sse(
-            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, "error"
-        )
-    if endpoint == "chat":
-        return _sse(
-            {
-                "error": {
-                    "message": "The server had an error while processing your request. Sorry about that!",
-                    "type": "server_error",
-                    "param": None,
-                    "code": None,
-                }
-            }
-        )
-    return _sse(
-        {
-            "type": "error",
-            "code": "server_error",
-            "message": "The server had an error while processing your request.",
-            "param": None,
-            "sequence_number": sequence,
-        },
-        "error",
-    )
+    """An error answer with the provider's body (:func:`cachekit.providers.error_bodies.status_error`),
+    headers and status."""
+    rid = request_id(family)
+    body = status_error(family, status, message, param=param, code=code, request_id=rid)
+    return Reply(status, headers(family, JSON, rid), orjson.dumps(body))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,19 +181,19 @@ def stream_error_event(endpoint: Endpoint, sequence: int = 0) -> bytes:
 
 
 def render(
-    endpoint: Endpoint, payload: dict[str, Any], generation: Generation, billing: Billing, host: str
+    dialect: Dialect, payload: dict[str, Any], generation: Generation, billing: Billing, host: str
 ) -> Reply:
     """The provider's answer to ``payload``: a JSON body, or an SSE stream when it asked for one."""
-    if endpoint == "count_tokens":
+    if dialect == "anthropic_count_tokens":
         return json_reply("anthropic", {"input_tokens": billing.total})
-    dialect: Dialect = "anthropic" if endpoint == "messages" else "openai"
+    family = family_of(dialect)
     answer = _Answer(generation)
     if payload.get("stream") is True:
-        events = _STREAMS[endpoint](payload, answer, billing, host)
-        rid = request_id(dialect)
-        return Reply(200, (*headers(dialect, SSE, rid), ("cache-control", "no-cache")), events=events)
+        events = _STREAMS[dialect](payload, answer, billing, host)
+        rid = request_id(family)
+        return Reply(200, (*headers(family, SSE, rid), ("cache-control", "no-cache")), events=events)
     answer.finish()
-    return json_reply(dialect, _BODIES[endpoint](payload, answer, billing, host))
+    return json_reply(family, _BODIES[dialect](payload, answer, billing, host))
 
 
 class _Answer:
@@ -404,15 +288,6 @@ _ANTHROPIC_STOP = {
     "tool_use": "tool_use",
     "refusal": "refusal",
 }
-# The usage counters message_delta carries as the answer's totals.
-_ANTHROPIC_DELTA_USAGE = (
-    "input_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-    "output_tokens",
-    "server_tool_use",
-    "output_tokens_details",
-)
 
 
 def _anthropic_usage(
@@ -601,21 +476,25 @@ def _anthropic_stream(
     payload: dict[str, Any], answer: _Answer, billing: Billing, host: str
 ) -> Iterator[bytes]:
     del host
-    yield _sse({"type": "message_start", "message": _anthropic_head(payload, billing)}, "message_start")
+    yield encode_event(
+        {"type": "message_start", "message": _anthropic_head(payload, billing)}, "message_start"
+    )
     for index, (block, rendered) in enumerate(_anthropic_blocks(payload, answer)):
         start = {"type": "content_block_start", "index": index, "content_block": _anthropic_opening(rendered)}
-        yield _sse(start, "content_block_start")
+        yield encode_event(start, "content_block_start")
         if index == 0:
-            yield _sse({"type": "ping"}, "ping")
+            yield encode_event({"type": "ping"}, "ping")
         for delta in _anthropic_deltas(answer, block, rendered):
-            yield _sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
-        yield _sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+            yield encode_event(
+                {"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"
+            )
+        yield encode_event({"type": "content_block_stop", "index": index}, "content_block_stop")
     usage = _anthropic_final_usage(billing, answer)
-    delta_usage = {key: usage[key] for key in _ANTHROPIC_DELTA_USAGE if key in usage}
-    yield _sse(
+    delta_usage = {key: usage[key] for key in ANTHROPIC_DELTA_USAGE if key in usage}
+    yield encode_event(
         {"type": "message_delta", "delta": _anthropic_stop(answer), "usage": delta_usage}, "message_delta"
     )
-    yield _sse({"type": "message_stop"}, "message_stop")
+    yield encode_event({"type": "message_stop"}, "message_stop")
 
 
 # -- OpenAI Chat Completions --------------------------------------------------------------------
@@ -751,7 +630,7 @@ def _chat_stream(payload: dict[str, Any], answer: _Answer, billing: Billing, hos
         data = {**chunk_head, **tail, "choices": [choice]}
         if include_usage:
             data["usage"] = None
-        return _sse(data)
+        return encode_event(data)
 
     texts = [block for block in answer.blocks if isinstance(block, Text)]
     first: dict[str, Any] = {"role": "assistant", "content": "" if texts else None, "refusal": None}
@@ -783,29 +662,11 @@ def _chat_stream(payload: dict[str, Any], answer: _Answer, billing: Billing, hos
             yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
     yield chunk({}, _CHAT_FINISH[answer.finish_reason])
     if include_usage:
-        yield _sse({**chunk_head, **tail, "choices": [], "usage": _chat_usage(billing, answer, host)})
-    yield b"data: [DONE]\n\n"
+        yield encode_event({**chunk_head, **tail, "choices": [], "usage": _chat_usage(billing, answer, host)})
+    yield CHAT_DONE
 
 
 # -- OpenAI Responses ---------------------------------------------------------------------------
-
-
-def _echo_tools(payload: dict[str, Any]) -> list[Any]:
-    echoed: list[Any] = []
-    for tool in payload.get("tools") or []:
-        if isinstance(tool, dict) and tool.get("type") == "function":
-            echoed.append(
-                {
-                    "type": "function",
-                    "name": tool.get("name"),
-                    "description": tool.get("description"),
-                    "parameters": tool.get("parameters"),
-                    "strict": tool.get("strict", True),
-                }
-            )
-        else:
-            echoed.append(tool)
-    return echoed
 
 
 def _responses_usage(billing: Billing, answer: _Answer) -> dict[str, Any]:
@@ -855,7 +716,7 @@ def _responses_frame(payload: dict[str, Any], response_id: str, created: int) ->
             "verbosity": text_config.get("verbosity", "medium"),
         },
         "tool_choice": payload.get("tool_choice", "auto"),
-        "tools": _echo_tools(payload),
+        "tools": echoed_tools(payload),
         "top_logprobs": payload.get("top_logprobs", 0),
         "top_p": payload.get("top_p", 1.0),
         "truncation": payload.get("truncation", "disabled"),
@@ -1069,7 +930,7 @@ def _responses_stream(
 
     def event(kind: str, **fields: Any) -> bytes:
         nonlocal sequence
-        data = _sse({"type": kind, "sequence_number": sequence, **fields}, kind)
+        data = responses_event(kind, sequence, **fields)
         sequence += 1
         return data
 
@@ -1084,5 +945,13 @@ def _responses_stream(
     )
 
 
-_BODIES = {"messages": _anthropic_body, "chat": _chat_body, "responses": _responses_body}
-_STREAMS = {"messages": _anthropic_stream, "chat": _chat_stream, "responses": _responses_stream}
+_BODIES = {
+    "anthropic_messages": _anthropic_body,
+    "openai_chat": _chat_body,
+    "openai_responses": _responses_body,
+}
+_STREAMS = {
+    "anthropic_messages": _anthropic_stream,
+    "openai_chat": _chat_stream,
+    "openai_responses": _responses_stream,
+}

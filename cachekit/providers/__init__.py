@@ -10,19 +10,23 @@ is stored: :func:`incomplete_answer` (:mod:`cachekit.providers.answers`). A host
 announce the prompt-caching rules it bills by (``x-cachekit-rules``): :class:`HostRules`
 (:mod:`cachekit.providers.announced`). Answers as stored and replayed: each dialect's SSE streams
 (:mod:`cachekit.providers.sse`) and the prompt fields a provider echoes back
-(:mod:`cachekit.providers.echo`).
+(:mod:`cachekit.providers.echo`). Errors in each provider's shape, for every answer cachekit or its
+local backend makes: :mod:`cachekit.providers.error_bodies`.
 """
 
 from __future__ import annotations
 
 from cachekit.providers.announced import NO_PROMPT_CACHE, RULES_HEADER, HostRules
 from cachekit.providers.answers import incomplete_answer
+from cachekit.providers.error_bodies import error_body
 from cachekit.providers.registry import (
     CREDENTIAL_HEADERS,
     PROVIDERS,
+    Family,
     Provider,
     Route,
-    error_body,
+    dialect_of,
+    family_of,
     route_request,
 )
 from cachekit.providers.state import server_state
@@ -32,10 +36,13 @@ __all__ = [
     "NO_PROMPT_CACHE",
     "PROVIDERS",
     "RULES_HEADER",
+    "Family",
     "HostRules",
     "Provider",
     "Route",
+    "dialect_of",
     "error_body",
+    "family_of",
     "incomplete_answer",
     "route_request",
     "server_state",

@@ -52,7 +52,7 @@ import orjson
 
 from cachekit._types import Dialect
 
-__all__ = ["ECHOED_FIELDS", "BodyForm", "restore_echo", "strip_echo"]
+__all__ = ["ECHOED_FIELDS", "BodyForm", "echoed_tools", "restore_echo", "strip_echo"]
 
 #: How a stored body is framed: one JSON document, or the raw SSE bytes of a stream.
 BodyForm = Literal["json", "sse"]
@@ -131,12 +131,17 @@ def restore_echo(dialect: Dialect, form: BodyForm, body: bytes, request: Mapping
 
 def _echoed_value(name: str, request: Mapping[str, Any]) -> Any:
     """What the provider puts in the response's ``name`` field for this request."""
-    value = request.get(name)
-    if name != "tools":
-        return value
-    if not isinstance(value, list):
+    return echoed_tools(request) if name == "tools" else request.get(name)
+
+
+def echoed_tools(request: Mapping[str, Any]) -> list[Any]:
+    """The ``tools`` a Responses answer carries for ``request``: each function tool in the API's own
+    shape, the others as sent (what :func:`restore_echo` puts back, and what the local backend
+    answers with, so a replay and a fresh answer agree)."""
+    tools = request.get("tools")
+    if not isinstance(tools, list):
         return []
-    return [_echoed_tool(tool) for tool in value]
+    return [_echoed_tool(tool) for tool in tools]
 
 
 def _echoed_tool(tool: Any) -> Any:

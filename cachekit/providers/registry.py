@@ -8,6 +8,7 @@ Routing is a pure function of method and URL.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from cachekit._types import Dialect
 
@@ -18,11 +19,17 @@ __all__ = [
     "ROUTING_HEADERS",
     "RULES_AS",
     "STREAM_USAGE",
+    "Family",
     "Provider",
     "Route",
-    "error_body",
+    "dialect_of",
+    "family_of",
     "route_request",
 ]
+
+#: Whose API a dialect belongs to: Anthropic's or OpenAI's (whose error shapes, ids and headers it
+#: answers with; the compatible providers copy the API they speak).
+Family = Literal["anthropic", "openai"]
 
 # Path suffixes of the endpoints cachekit caches, longest first so ".../messages/count_tokens" is not
 # mistaken for ".../messages". Suffixes (not whole paths) because compatible providers mount the same
@@ -37,6 +44,31 @@ ENDPOINTS: tuple[tuple[str, Dialect], ...] = (
 
 _ANTHROPIC_DIALECTS: frozenset[Dialect] = frozenset({"anthropic_messages", "anthropic_count_tokens"})
 _OPENAI_DIALECTS: frozenset[Dialect] = frozenset({"openai_chat", "openai_responses"})
+
+
+def family_of(api: Dialect | Family) -> Family:
+    """The family ``api`` belongs to (a family is its own)."""
+    return "anthropic" if api == "anthropic" or api in _ANTHROPIC_DIALECTS else "openai"
+
+
+def _endpoint(method: str, path: str) -> tuple[Dialect, str] | None:
+    """The dialect of the endpoint ``path`` names and the path prefix it hangs off. Only ``POST`` to
+    one of :data:`ENDPOINTS` has one (method names are case-sensitive: RFC 9110, 9.1)."""
+    if method != "POST":
+        return None
+    trimmed = path.rstrip("/")
+    for suffix, dialect in ENDPOINTS:
+        if trimmed.endswith(suffix):
+            return dialect, trimmed[: -len(suffix)]
+    return None
+
+
+def dialect_of(method: str, path: str) -> Dialect | None:
+    """The dialect a request speaks, by its method and path alone (any host, any prefix); ``None``
+    for anything but a call to one of :data:`ENDPOINTS`."""
+    found = _endpoint(method, path)
+    return None if found is None else found[0]
+
 
 # Headers whose value changes what the provider answers. The SDKs' volatile headers (x-stainless-*,
 # idempotency keys, user-agent, retry counts) are deliberately absent: they never reach the key.
@@ -167,24 +199,14 @@ def route_request(method: str, scheme: str, host: str, port: int | None, path: s
     backend) is routed by path alone and named by its host, so its entries never mix with a known
     provider's.
     """
-    if method != "POST":
+    found = _endpoint(method, path)
+    if found is None:
         return None
-    trimmed = path.rstrip("/")
-    for suffix, dialect in ENDPOINTS:
-        if trimmed.endswith(suffix):
-            prefix = trimmed[: -len(suffix)]
-            authority = host if port is None else f"{host}:{port}"
-            base_url = f"{scheme}://{authority}{prefix}"
-            provider = _provider_for(host, dialect)
-            if provider is not None:
-                return Route(provider.name, dialect, base_url, provider.key_headers)
-            generic = _ANTHROPIC_KEY_HEADERS if dialect in _ANTHROPIC_DIALECTS else _OPENAI_KEY_HEADERS
-            return Route(authority, dialect, base_url, generic)
-    return None
-
-
-def error_body(dialect: Dialect, error_type: str, message: str) -> dict[str, object]:
-    """An error body in the dialect's own shape, so the SDK raises its typed error with ``message``."""
-    if dialect in _ANTHROPIC_DIALECTS:
-        return {"type": "error", "error": {"type": error_type, "message": message}}
-    return {"error": {"message": message, "type": error_type, "param": None, "code": None}}
+    dialect, prefix = found
+    authority = host if port is None else f"{host}:{port}"
+    base_url = f"{scheme}://{authority}{prefix}"
+    provider = _provider_for(host, dialect)
+    if provider is not None:
+        return Route(provider.name, dialect, base_url, provider.key_headers)
+    generic = _ANTHROPIC_KEY_HEADERS if dialect in _ANTHROPIC_DIALECTS else _OPENAI_KEY_HEADERS
+    return Route(authority, dialect, base_url, generic)

@@ -1,4 +1,4 @@
-"""Server-sent-event streams of the LLM APIs: parse, tee-record, assemble, synthesize, replay.
+"""Server-sent-event streams of the LLM APIs: frame, parse, tee-record, assemble, synthesize, replay.
 
 Pure functions and small state machines, no I/O. The transport uses them to
 
@@ -51,12 +51,16 @@ from cachekit.errors import StreamError
 from cachekit.providers.answers import incomplete_answer
 
 __all__ = [
+    "ANTHROPIC_DELTA_USAGE",
+    "CHAT_DONE",
     "SSEDecoder",
     "SSEEvent",
     "StreamError",
     "StreamRecorder",
     "UsageStripper",
     "assemble",
+    "encode_event",
+    "responses_event",
     "restream",
     "synthesize",
 ]
@@ -68,6 +72,27 @@ logger = logging.getLogger("cachekit.sse")
 _PIECE = 512
 
 _STREAMING_DIALECTS = ("anthropic_messages", "openai_chat", "openai_responses")
+
+
+# ---------------------------------------------------------------------------------------------
+# Framing: how every event cachekit writes is put on the wire (replays here, the local backend's
+# answers, error events), one way for all of them
+
+
+def encode_event(data: Any, event: str | None = None) -> bytes:
+    """One event as the providers frame it: an ``event:`` line when the event is named, one ``data:``
+    line of compact JSON, and the blank line that dispatches it."""
+    head = b"event: " + event.encode() + b"\n" if event is not None else b""
+    return head + b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+def responses_event(kind: str, sequence: int, **fields: Any) -> bytes:
+    """A Responses stream event: named by its ``type``, numbered by ``sequence_number`` (from 0)."""
+    return encode_event({"type": kind, "sequence_number": sequence, **fields}, kind)
+
+
+#: The last event of a Chat Completions stream.
+CHAT_DONE = b"data: [DONE]\n\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,19 +612,15 @@ def synthesize(dialect: Dialect, body: bytes | dict[str, Any], *, include_usage:
         raise StreamError(f"not a {dialect} response body ({type(exc).__name__})") from None
 
 
-def _sse(data: Any, event: str | None = None) -> bytes:
-    head = b"event: " + event.encode() + b"\n" if event is not None else b""
-    return head + b"data: " + orjson.dumps(data) + b"\n\n"
-
-
 def _pieces(text: str) -> list[str]:
     return [text[i : i + _PIECE] for i in range(0, len(text), _PIECE)] or [""]
 
 
 # The message fields message_delta sets at the end (message_start has them null).
 _ANTHROPIC_LATE = ("stop_reason", "stop_sequence", "stop_details", "container")
-# The usage counters message_delta repeats as cumulative totals (what the API sends there).
-_ANTHROPIC_DELTA_USAGE = (
+#: The usage counters an Anthropic stream's message_delta repeats as cumulative totals (what the API
+#: sends there).
+ANTHROPIC_DELTA_USAGE = (
     "input_tokens",
     "cache_creation_input_tokens",
     "cache_read_input_tokens",
@@ -632,12 +653,12 @@ def _synthesize_anthropic(message: dict[str, Any]) -> bytes:
             late[key] = message[key]
     late.setdefault("stop_reason", None)
     late.setdefault("stop_sequence", None)
-    out = [_sse({"type": "message_start", "message": start}, "message_start")]
+    out = [encode_event({"type": "message_start", "message": start}, "message_start")]
     for index, block in enumerate(content):
         out.extend(_anthropic_block(index, block))
-    delta_usage = {key: usage[key] for key in _ANTHROPIC_DELTA_USAGE if key in usage}
-    out.append(_sse({"type": "message_delta", "delta": late, "usage": delta_usage}, "message_delta"))
-    out.append(_sse({"type": "message_stop"}, "message_stop"))
+    delta_usage = {key: usage[key] for key in ANTHROPIC_DELTA_USAGE if key in usage}
+    out.append(encode_event({"type": "message_delta", "delta": late, "usage": delta_usage}, "message_delta"))
+    out.append(encode_event({"type": "message_stop"}, "message_stop"))
     return b"".join(out)
 
 
@@ -668,13 +689,15 @@ def _anthropic_block(index: int, block: Any) -> list[bytes]:
             deltas.append({"type": "signature_delta", "signature": block["signature"]})
     # Any other block (redacted_thinking, server tool results, ...) arrives whole in its start event.
     out = [
-        _sse({"type": "content_block_start", "index": index, "content_block": opening}, "content_block_start")
+        encode_event(
+            {"type": "content_block_start", "index": index, "content_block": opening}, "content_block_start"
+        )
     ]
     out.extend(
-        _sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+        encode_event({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
         for delta in deltas
     )
-    out.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+    out.append(encode_event({"type": "content_block_stop", "index": index}, "content_block_stop"))
     return out
 
 
@@ -690,7 +713,7 @@ def _synthesize_chat(body: dict[str, Any], include_usage: bool) -> bytes:
         data = {**head, "choices": [choice]}
         if include_usage:
             data["usage"] = None
-        return _sse(data)
+        return encode_event(data)
 
     out: list[bytes] = []
     for position, choice in enumerate(choices):
@@ -700,8 +723,8 @@ def _synthesize_chat(body: dict[str, Any], include_usage: bool) -> bytes:
         out.extend(_chat_deltas(choice["message"], functools.partial(chunk, index)))
         out.append(chunk(index, {}, logprobs=choice.get("logprobs"), finish=choice.get("finish_reason")))
     if include_usage and isinstance(body.get("usage"), dict):
-        out.append(_sse({**head, "choices": [], "usage": body["usage"]}))
-    out.append(b"data: [DONE]\n\n")
+        out.append(encode_event({**head, "choices": [], "usage": body["usage"]}))
+    out.append(CHAT_DONE)
     return b"".join(out)
 
 
@@ -762,7 +785,7 @@ def _synthesize_responses(response: dict[str, Any]) -> bytes:
     out: list[bytes] = []
 
     def emit(kind: str, **fields: Any) -> None:
-        out.append(_sse({"type": kind, "sequence_number": len(out), **fields}, kind))
+        out.append(responses_event(kind, len(out), **fields))
 
     pending = {**response, "status": "in_progress", "output": [], "usage": None}
     for key in ("completed_at", "error", "incomplete_details"):
