@@ -17,7 +17,7 @@ from cachekit.cost.ledger import Ledger, MemorySink
 from cachekit.pipeline import Effect, Load, Offload, Pipeline, Read, Save, Send, Wait
 from cachekit.pipeline.breaker import CircuitBreaker
 from cachekit.pipeline.controls import _BadControl, bypass_reason, read_control
-from cachekit.pipeline.exact import lacks, lookup
+from cachekit.pipeline.entries import lacks, lookup
 from cachekit.pipeline.key import Keyer
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import Form, RequestView
