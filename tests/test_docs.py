@@ -353,3 +353,12 @@ def test_the_path_check_sees_paths_and_names_in_prose() -> None:
     assert not _resolves("cachekit.exact.keys")
     assert _resolves("cachekit.stores.keys.store_key")
     assert "cachekit.flights" in _loggers()  # a logger, not a module
+
+
+def test_the_architecture_page_names_every_module_of_the_pipeline() -> None:
+    """Each module of ``cachekit/pipeline/`` is on the architecture page, as a stage in its table or
+    as one of what runs them: a new module there is described where a newcomer reads about it."""
+    text = (DOCS / "architecture.md").read_text()
+    modules = sorted(p.name for p in (ROOT / "cachekit" / "pipeline").glob("*.py") if p.name != "__init__.py")
+    assert len(modules) > 10
+    assert [m for m in modules if f"pipeline/{m}`" not in text and f"(`{m}`)" not in text] == []

@@ -9,11 +9,16 @@ one layer never import each other. A new folder or top-level module takes a plac
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
+import inspect
+import re
 from pathlib import Path
 
 import cachekit
 
 PACKAGE = Path(cachekit.__file__).parent
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 
 #: The folders and top-level modules of cachekit, in layers, bottom first (``cachekit`` is the
@@ -166,3 +171,76 @@ def test_the_layer_check_finds_an_upward_import_and_one_between_siblings() -> No
 
 def test_no_import_runs_upward() -> None:
     assert upward_imports(import_graph()) == []
+
+
+# -- the stages: the driver alone wires them ---------------------------------------------------------
+
+#: A row of docs/architecture.md's stage table: its number and name, then its modules, the stage first.
+_STAGE_ROW = re.compile(r"^\| \d [^|]*\| `pipeline/(\w+)\.py`", re.MULTILINE)
+DRIVER = "cachekit.pipeline.driver"
+
+
+def stage_modules() -> set[str]:
+    """The stage modules, as the architecture page's stage table names them."""
+    return {f"cachekit.pipeline.{name}" for name in _STAGE_ROW.findall(ARCHITECTURE.read_text())}
+
+
+def is_logic(obj: object) -> bool:
+    """A function, or a class that is not a dataclass (a stage, or anything else with behaviour to
+    call): what one stage must not take from another. Values (frozen dataclasses), type aliases and
+    constants pass."""
+    if inspect.isroutine(obj):
+        return True
+    return inspect.isclass(obj) and not dataclasses.is_dataclass(obj)
+
+
+def stage_logic_imports(stages: set[str]) -> list[str]:
+    """``importer -> stage.name`` for each function or class with behaviour (or a whole stage module)
+    that a module of ``cachekit/pipeline/`` other than the driver imports from a stage module."""
+    found: list[str] = []
+    for path in sorted((PACKAGE / "pipeline").glob("*.py")):
+        name = module_name(path)
+        if name in (DRIVER, "cachekit.pipeline"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.extend(f"{name} -> {a.name}" for a in node.names if a.name in stages - {name})
+            elif isinstance(node, ast.ImportFrom) and node.module is not None:
+                for alias in node.names:
+                    whole = f"{node.module}.{alias.name}"
+                    other = node.module in stages - {name}
+                    if whole in stages - {name} or (
+                        other and is_logic(getattr(importlib.import_module(node.module), alias.name))
+                    ):
+                        found.append(f"{name} -> {whole}")
+    return sorted(found)
+
+
+def test_the_stage_table_names_the_stages() -> None:
+    stages = stage_modules()
+    assert {"cachekit.pipeline.controls", "cachekit.pipeline.exact", "cachekit.pipeline.upstream"} <= stages
+    assert "cachekit.pipeline.driver" not in stages
+    assert "cachekit.pipeline.entries" not in stages  # named in the table, but never first in a row
+
+
+def test_the_stage_check_tells_logic_from_values() -> None:
+    from cachekit.pipeline.controls import CACHE_HEADER, Control
+    from cachekit.pipeline.entries import lookup
+    from cachekit.pipeline.key import Call
+    from cachekit.pipeline.shape import Shaper
+
+    assert is_logic(lookup)
+    assert is_logic(Shaper)
+    assert not is_logic(Call)
+    assert not is_logic(Control)
+    assert not is_logic(CACHE_HEADER)
+
+
+def test_no_stage_calls_another() -> None:
+    """A stage takes from another stage only values (frozen dataclasses) and constants: no function,
+    no stage; what they both need is in a module that is no stage. Only the driver wires them."""
+    assert stage_logic_imports(stage_modules()) == []
+
+
+def test_the_driver_runs_every_stage() -> None:
+    assert stage_modules() <= import_graph()[DRIVER]

@@ -207,3 +207,37 @@ def test_a_cached_answer_whose_echo_cannot_be_restored_goes_upstream() -> None:
             response.read()
             outcomes.append(response.headers["x-cachekit-cache"])
     assert outcomes[0] == "miss"
+
+
+def test_an_answer_served_upstream_because_its_echo_cannot_be_restored_is_no_hit() -> None:
+    """A hit is counted, and recorded in the ledger, only when it is served: a stored answer whose
+    echoed prompt cannot be put back is answered upstream, and that is one miss, not a hit and a miss."""
+    # As deep as a request's tools can be written (orjson writes 255 levels): the stored document holds
+    # them, but a stream's events, which carry them one level deeper, cannot.
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(125):
+        deep = {"type": "object", "properties": {"x": deep}}
+    body = {
+        "model": "gpt-4.1-mini",
+        "input": "hello",
+        "instructions": "be brief",
+        "tools": [{"type": "function", "name": "f", "parameters": deep}],
+    }
+    sink = MemorySink()
+    cache = cachekit.Cache(
+        cachekit.CacheConfig(store=MemoryStore(), ledger=Ledger([sink]), store_prompts=False)
+    )
+    upstream = FakeUpstream()
+    with httpx2.Client(transport=cachekit.CachingTransport(upstream, cache=cache)) as client:
+        outcomes = []
+        for stream in (False, True):  # a stream of the stored document cannot be given its echo back
+            response = client.post("https://api.openai.com/v1/responses", json={**body, "stream": stream})
+            response.read()
+            outcomes.append(response.headers["x-cachekit-cache"])
+    assert outcomes == ["miss", "miss"]
+    assert upstream.calls == 2
+    assert cache.stats.stores >= 1  # the first answer was stored: the second call found it
+    assert (cache.stats.hits, cache.stats.misses) == (0, 2)
+    recorded = [r.outcome for r in sink.read()]
+    assert recorded[0] == "miss"
+    assert "exact_hit" not in recorded

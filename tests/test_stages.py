@@ -17,7 +17,7 @@ from cachekit.cost.ledger import Ledger, MemorySink
 from cachekit.pipeline import Effect, Load, Offload, Pipeline, Read, Save, Send, Wait
 from cachekit.pipeline.breaker import CircuitBreaker
 from cachekit.pipeline.controls import _BadControl, bypass_reason, read_control
-from cachekit.pipeline.exact import lacks, lookup
+from cachekit.pipeline.entries import lacks, lookup
 from cachekit.pipeline.key import Keyer
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import Form, RequestView
@@ -297,6 +297,23 @@ def test_the_key_stage_partitions_by_credential_and_fails_soft_without_a_secret(
     assert runtime.stats.store_errors == 1
 
 
+def test_a_call_without_a_key_is_planned_under_a_per_process_salt() -> None:
+    """A bypassed call has no key, but lint and the planner still keep tenants apart: its partition
+    follows the cache's rules under a random salt of this process, not the store's secret."""
+    config = CacheConfig(store="memory://", ledger=False)
+    runtime = Runtime(config, lambda: 0.0, CircuitBreaker(failure_threshold=5, cooldown=30.0))
+    keyer, other_process = Keyer(runtime, b"s" * 32), Keyer(runtime, b"s" * 32)
+    control = read_control({}, config, CallPolicy())
+    one = view_of(request(ANTHROPIC_URL, anthropic_messages()))
+    again = view_of(request(ANTHROPIC_URL, anthropic_messages()))
+    other = view_of(request(ANTHROPIC_URL, anthropic_messages(), **{"x-api-key": "sk-two"}))
+    planned = keyer.plan_partition(one, control)
+    assert planned == keyer.plan_partition(again, control)
+    assert planned != keyer.plan_partition(other, control)
+    assert planned != (keyer.key(one, control, b"d" * 32) or ("", ""))[1]
+    assert planned != other_process.plan_partition(one, control)
+
+
 # -- stage 4: exact lookup -----------------------------------------------------------------------
 
 
@@ -415,6 +432,37 @@ def test_a_miss_goes_upstream_once_is_stored_and_the_repeat_is_one_load() -> Non
     assert [r.outcome for r in sink.read()] == ["miss", "exact_hit"]
 
 
+def test_a_bypassed_request_takes_the_miss_path_without_the_cache_stages() -> None:
+    """No lookup, flight, timing statistics or store: shaped, sent and, when there is something to
+    record, read and recorded; with nothing to record the answer passes untouched, its body unread."""
+    bypassed = request(ANTHROPIC_URL, anthropic_messages(), **{"x-cachekit": "bypass"})
+    store: dict[str, bytes] = {}
+    quiet = pipeline(breakpoints="off")  # no ledger, nothing planned: nothing to record or learn
+    response, effects = drive(quiet, bypassed, answering(ANTHROPIC_ANSWER), store)
+    assert (response.headers["x-cachekit-cache"], response.headers["x-cachekit-bypass-reason"]) == (
+        "bypass",
+        "caller",
+    )
+    assert [type(e).__name__ for e in effects] == ["Send"]
+    planned = pipeline()  # breakpoints planned: the planner learns from the answer's usage
+    long_system = {**anthropic_messages(), "system": [{"type": "text", "text": LONG_TEXT}]}
+    bypassed = request(ANTHROPIC_URL, long_system, **{"x-cachekit": "bypass"})
+    response, effects = drive(planned, bypassed, answering(ANTHROPIC_ANSWER), store)
+    assert response.headers["x-cachekit-cache"] == "bypass"
+    assert [type(e).__name__ for e in effects] == ["Send", "Read"]
+    assert planned.stats.planned == 1  # shaped like a miss
+    sink = MemorySink()
+    config = CacheConfig(store="memory://", ledger=False, breakpoints="off")
+    counted = Pipeline(config, secret=b"s" * 32, ledger=Ledger([sink]))
+    bypassed = request(ANTHROPIC_URL, anthropic_messages(), **{"x-cachekit": "bypass"})
+    response, effects = drive(counted, bypassed, answering(ANTHROPIC_ANSWER), store)
+    assert response.headers["x-cachekit-cache"] == "bypass"
+    assert [type(e).__name__ for e in effects] == ["Send", "Read"]
+    assert [r.outcome for r in sink.read()] == ["bypass"]
+    assert store == {}
+    assert (quiet.stats.bypasses, planned.stats.bypasses, counted.stats.misses) == (1, 1, 0)
+
+
 def test_an_identical_request_in_flight_waits_for_the_leader() -> None:
     cache = pipeline()
     leader = cache.exchange(request(ANTHROPIC_URL, anthropic_messages()))
@@ -428,6 +476,30 @@ def test_an_identical_request_in_flight_waits_for_the_leader() -> None:
     assert isinstance(effect, Wait)
     leader.close()
     follower.close()
+
+
+def test_only_if_cached_and_a_failed_lookup_never_join_a_flight() -> None:
+    """While an identical request leads the key's flight, a request that may not go upstream answers
+    at once, and one whose lookup failed goes upstream alone: neither waits."""
+    cache = pipeline()
+    leader = cache.exchange(request(ANTHROPIC_URL, anthropic_messages()))
+    effect = next(leader)
+    while not isinstance(effect, Send):
+        effect = leader.send(None)
+    only = cache.exchange(request(ANTHROPIC_URL, anthropic_messages(), **{"x-cachekit": "only-if-cached"}))
+    assert isinstance(next(only), Load)
+    with pytest.raises(StopIteration) as stop:
+        only.send(None)
+    assert stop.value.value.status_code == 504
+    failed = cache.exchange(request(ANTHROPIC_URL, anthropic_messages()))
+    assert isinstance(next(failed), Load)
+    effects = [failed.throw(ConnectionError("store down"))]
+    while isinstance(effects[-1], Load):  # the timing statistics may be read first
+        effects.append(failed.send(None))
+    assert isinstance(effects[-1], Send)
+    assert not any(isinstance(e, Wait) for e in effects)
+    leader.close()
+    failed.close()
 
 
 def test_the_store_stage_keeps_only_complete_answers() -> None:
