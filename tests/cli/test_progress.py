@@ -79,9 +79,11 @@ class Terminal(io.StringIO):
         return True
 
 
-def count_and_stop(screen: Terminal) -> None:
-    """A command that draws a bar and stops with an error at 3 of 10."""
+def count_and_stop(screen: Terminal, kept: list[ProgressPrinter]) -> None:
+    """A command that draws a bar and stops with an error at 3 of 10 (``kept`` holds the printer, so
+    the bar is not finished by the garbage collector, which tqdm would do)."""
     with ProgressPrinter(screen, "cachekit test") as progress:
+        kept.append(progress)
         progress("counting", 0, 10)
         progress("counting", 3, 10)
         raise RuntimeError("stopped at 3 of 10")
@@ -89,9 +91,9 @@ def count_and_stop(screen: Terminal) -> None:
 
 def test_a_bar_is_finished_with_a_newline_when_the_command_stops_midway() -> None:
     pytest.importorskip("tqdm")
-    screen = Terminal()
+    screen, kept = Terminal(), list[ProgressPrinter]()
     with pytest.raises(RuntimeError):
-        count_and_stop(screen)
+        count_and_stop(screen, kept)
     text = screen.getvalue()
     assert text.endswith("\n")  # what is printed next starts a line of its own
     last = text.rstrip("\n").rsplit("\r", 1)[-1]
