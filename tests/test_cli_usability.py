@@ -27,7 +27,6 @@ from tests.test_purge_semantic import QUESTIONS, _ask, _client, _holds, _raw_val
 from tests.test_semantic_cli import PAIRS
 
 TRACES = Path(__file__).resolve().parent / "fixtures" / "traces-sample.jsonl"  # see fixtures/README.md
-EMPTY_LEDGER = Path(__file__).resolve().parent / "fixtures" / "ledger-empty.jsonl"  # a ledger of no calls
 
 
 class Terminal(io.StringIO):
@@ -179,7 +178,11 @@ def _fill(harness: Harness, url: str) -> None:
 
 
 def _entries(url: str) -> int:
-    code, out, _ = run("stats", "--store", url, "--json", "--ledger", str(EMPTY_LEDGER))
+    """The entries of the SQLite store at ``url``, as ``cachekit stats`` counts them (with a ledger of
+    no calls beside it: the default one is not this test's)."""
+    ledger = Path(url.removeprefix("sqlite://")).with_name("ledger.jsonl")
+    ledger.touch()
+    code, out, _ = run("stats", "--store", url, "--json", "--ledger", str(ledger))
     assert code == 0
     import json
 
