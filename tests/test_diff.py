@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import copy
 import io
 import json
@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from cachekit.cli.prefix import register
 from cachekit.shape.diff import Divergence, diff_requests, guess_dialect, load_request
 from cachekit.shape.tokens import encoding
 
@@ -371,13 +370,13 @@ def test_load_request_missing_file(tmp_path: Path) -> None:
 
 
 def _cli(argv: list[str]) -> tuple[int, str]:
-    """Run a command through a parser with diff and lint registered, as cachekit.cli builds it."""
-    parser = argparse.ArgumentParser(prog="cachekit")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    out = io.StringIO()
-    status = args.run(args, out)
-    return status, out.getvalue()
+    """``cachekit ARGV``: the exit status, and what it printed (stdout, then stderr, where an error goes)."""
+    from cachekit.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = main(argv, out=out)
+    return status, out.getvalue() + err.getvalue()
 
 
 def _write(path: Path, value: Any) -> str:
@@ -477,3 +476,23 @@ def test_cachekit_main_knows_diff_and_lint(tmp_path: Path) -> None:
     out = io.StringIO()
     assert main(["lint", a], out=out) == 0
     assert out.getvalue() == "0 findings in 1 file\n"
+
+
+def test_a_dialect_the_bodies_are_not_written_in_is_an_error_not_no_divergence() -> None:
+    """Read as Chat Completions, two Anthropic bodies that differ in their top-level system prompt
+    would show no divergence (that dialect has no such field): a wrong answer, so it is refused."""
+    a, b = _body(), _body(system="You are a pirate. Answer in one sentence.")
+    assert diff_requests(a, b, dialect="anthropic_messages") is not None  # the dialect that fits
+    with pytest.raises(
+        ValueError, match=r"^A: the request is not a openai_chat request: .*top-level 'system'"
+    ):
+        diff_requests(a, b, dialect="openai_chat")
+    with pytest.raises(ValueError, match="no 'input'"):
+        diff_requests(a, b, dialect="openai_responses")
+    chat = {
+        "model": "gpt-4o",
+        "messages": [{"role": "system", "content": "Hi"}, {"role": "user", "content": "Yo"}],
+    }
+    assert diff_requests(chat, chat, dialect="openai_chat") is None
+    with pytest.raises(ValueError, match="OpenAI Chat Completions"):
+        diff_requests(chat, chat, dialect="anthropic_messages")

@@ -24,7 +24,15 @@ ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 #: The folders and top-level modules of cachekit, in layers, bottom first (``cachekit`` is the
 #: package's ``__init__``: the public face, which replay and the command line build on).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_version", "_types", "_home", "_fork", "_closing", "_progress"),  # import nothing of cachekit
+    (
+        "_version",
+        "_types",
+        "_home",
+        "_fork",
+        "_closing",
+        "_progress",
+        "_format",
+    ),  # import nothing of cachekit
     ("_http", "errors"),
     ("providers", "stores", "cost"),  # what each provider is; where bytes are kept; what calls cost
     ("shape",),  # canonical form, blocks, lint, breakpoints and their lifetimes

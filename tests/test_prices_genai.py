@@ -8,6 +8,7 @@ hand; none is read back from the code under test.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import io
 from importlib import metadata, util
@@ -498,9 +499,11 @@ def test_cli_shows_the_price_and_its_source() -> None:
     assert main(["prices", "claude-opus-4-6", "--option", "inference_geo=us"], out=out) == 0
     assert "x1.1" in out.getvalue()  # the support article quoted above
 
-    out = io.StringIO()
-    assert main(["prices", "no-such-model-anywhere"], out=out) == 1
-    assert "no price for 'no-such-model-anywhere'" in out.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["prices", "no-such-model-anywhere"], out=out) == 1
+    assert out.getvalue() == ""
+    assert "no price for 'no-such-model-anywhere'" in err.getvalue()
 
 
 def test_cli_fetches_new_price_data_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ SDKs and the real embedding model; and on the in-process memory index through :m
 
 from __future__ import annotations
 
+import contextlib
 import io
 import uuid
 from pathlib import Path
@@ -200,10 +201,11 @@ def test_purge_semantic_needs_a_filter_and_a_purgeable_index() -> None:
         purge_semantic(MemoryVectorIndex())
     with pytest.raises(ConfigError, match="cannot be purged"):
         purge_semantic(object(), tenant="acme")
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     argv = ["purge", "--store", "memory://", "--semantic-index", "memory://", "--tenant", "acme"]
-    assert cli.main(argv, out=out) == 2
-    assert "memory" in out.getvalue()
+    with contextlib.redirect_stderr(err):
+        assert cli.main(argv, out=out) == 2
+    assert "memory" in err.getvalue()
 
 
 def test_without_the_semantic_extra_a_redis_store_is_still_purged(
@@ -224,7 +226,9 @@ def test_without_the_semantic_extra_a_redis_store_is_still_purged(
     assert out.getvalue() == (
         "deleted 0 entries\nsemantic index not searched: it needs pip install 'cachekit-llm[semantic]'\n"
     )
-    out = io.StringIO()
-    assert cli.main(["purge", "--store", url, "--semantic-index", url, "--tenant", "acme"], out=out) == 2
-    assert out.getvalue().startswith("cachekit purge: ")  # before anything was deleted
-    assert "cachekit-llm[semantic]" in out.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):  # a missing extra: the fix is an install, status 1
+        assert cli.main(["purge", "--store", url, "--semantic-index", url, "--tenant", "acme"], out=out) == 1
+    assert out.getvalue() == ""  # before anything was deleted
+    assert err.getvalue().startswith("cachekit purge: ")
+    assert "cachekit-llm[semantic]" in err.getvalue()

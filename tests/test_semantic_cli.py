@@ -3,6 +3,7 @@ from the memory index and a real Redis 8 index."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from io import StringIO
 from pathlib import Path
@@ -63,9 +64,11 @@ PAIRS = [
 
 
 def run(*argv: str) -> tuple[int, str]:
-    out = StringIO()
-    code = cli.main(list(argv), out=out)
-    return code, out.getvalue()
+    """``cachekit ARGV``: the status, and stdout (or stderr, where an error goes, when it failed)."""
+    out, err = StringIO(), StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli.main(list(argv), out=out)
+    return code, out.getvalue() if code == 0 else err.getvalue()
 
 
 @pytest.fixture
@@ -79,7 +82,9 @@ def test_json_has_exactly_the_documented_fields(pairs_file: Path) -> None:
     code, text = run("semantic-eval", str(pairs_file), "--json")
     assert code == 0
     report: dict[str, Any] = json.loads(text)
-    assert list(report) == KEYS
+    assert list(report) == [*KEYS, "verifier", "operating_point", "adversarial_pairs"]
+    # No verifier without a precision target; 3 of the 5 pairs are near-misses made to fool a cache.
+    assert (report["verifier"], report["operating_point"], report["adversarial_pairs"]) == (False, None, 3)
     assert (report["pairs"], report["same"], report["different"]) == (5, 2, 3)
     assert report["true_hits"] + report["false_hits"] <= 5
     assert set(report["by_kind"]) == {"paraphrase", "negation", "number", "entity"}

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import uuid
@@ -231,9 +232,10 @@ def test_semantic_eval_cli_index_curve_and_compare(tmp_path: Path) -> None:
     document = json.loads(out.getvalue())
     assert set(document) == {"a", "b"}
     assert document["a"]["pairs"] == document["b"]["pairs"] == 4
-    out = io.StringIO()
-    assert main(["semantic-eval", str(path), "--compare", "bogus=1"], out=out) == 2
-    assert "--compare" in out.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["semantic-eval", str(path), "--compare", "bogus=1"], out=out) == 2
+    assert "--compare" in err.getvalue()
 
 
 def test_without_a_target_the_layer_runs_the_threshold_and_every_guard() -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ __all__ = [
     "available",
     "lookup",
     "missing_reason",
+    "model_ids",
     "pricing_pages",
     "update_from_network",
     "version",
@@ -169,6 +170,15 @@ def _find(provider: str, model: str) -> tuple[Any, Any] | None:
         except LookupError:
             continue
     return None
+
+
+def model_ids(providers: Iterable[str]) -> set[str]:
+    """Every model id genai-prices prices for cachekit's ``providers`` (empty without genai-prices)."""
+    snapshot = _snapshot()
+    if snapshot is None:
+        return set()
+    wanted = {genai_id for provider in providers for genai_id in _genai_ids(provider)}
+    return {model.id for found in snapshot.providers if found.id in wanted for model in found.models}
 
 
 def pricing_pages(provider: str) -> tuple[str, ...] | None:

@@ -471,9 +471,10 @@ def _alternatives(pattern: str) -> list[str]:
 def _cli_parser() -> argparse.ArgumentParser:
     """The ``cachekit`` command line's parser, laid out :data:`HELP_WIDTH` columns wide, never in color."""
     from cachekit.cli import _build_parser
+    from cachekit.cli._common import Formatter
 
     parser = _build_parser()
-    layout = functools.partial(argparse.HelpFormatter, width=HELP_WIDTH)
+    layout = functools.partial(Formatter, width=HELP_WIDTH)  # the command's own layout (examples kept)
     for each in (parser, *_subparsers(parser).values()):
         each.formatter_class = layout
         if hasattr(each, "color"):  # Python 3.14 colors help on a terminal
