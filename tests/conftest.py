@@ -74,6 +74,9 @@ class SDK:
     def with_options(self, **options: Any) -> SDK:
         return SDK(self.client.with_options(**options), self._loop)
 
+    def copy(self, **options: Any) -> SDK:
+        return SDK(self.client.copy(**options), self._loop)
+
     def close(self) -> None:
         self.run(self.client.close())
 

@@ -17,7 +17,7 @@ from cachekit.cli import main
 from cachekit.cost import JSONLSink, Ledger, MemorySink
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
-from tests.requests import anthropic_messages, openai_chat
+from tests.requests import CHAT_URL, anthropic_messages, chat_question, openai_chat
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces-sample.jsonl"  # see fixtures/README.md
 
@@ -143,3 +143,37 @@ def test_a_failing_ledger_never_fails_the_call(caplog: pytest.LogCaptureFixture)
     client = _client("openai", Broken([MemorySink()]))
     assert client.chat.completions.create(**openai_chat()).object == "chat.completion"
     assert any("ledger" in r.getMessage() for r in caplog.records)
+
+
+class Down(MemoryStore):
+    def get(self, key: str) -> bytes | None:
+        raise cachekit.StoreUnavailableError("down")
+
+    def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+        raise cachekit.StoreUnavailableError("down")
+
+
+class NoSecret(MemoryStore):
+    @property
+    def secret(self) -> bytes:
+        raise cachekit.StoreUnavailableError("down")
+
+
+@pytest.mark.parametrize("store", [Down, NoSecret])
+@pytest.mark.parametrize("stream", [False, True])
+def test_paid_calls_reach_the_ledger_while_the_store_is_down(store: type[MemoryStore], stream: bool) -> None:
+    """Every paid call is recorded while the store is down or has no secret (found in review: it
+    failed before its fix)."""
+    sink = MemorySink()
+    ledger = Ledger([sink])
+    config = cachekit.CacheConfig(store=store(), ledger=ledger)
+    with httpx2.Client(transport=cachekit.CachingTransport(FakeUpstream(), cache=config)) as client:
+        for i in range(6):
+            response = client.post(CHAT_URL, json=chat_question(f"q{i}", stream))
+            assert response.status_code == 200
+            response.read()
+    ledger.flush()
+    records = ledger.records()
+    assert len(records) == 6
+    assert all(r.usage.known for r in records)
+    ledger.close()

@@ -7,7 +7,6 @@ import logging
 from typing import Any
 
 import anthropic
-import openai
 import orjson
 import pytest
 
@@ -220,46 +219,6 @@ def test_ttl_header_expires_entries(harness: Harness) -> None:
     assert sdk.call(_raw("chat.completions.create"), **openai_chat()).headers["x-cachekit-cache"] == "hit"
     now[0] += 2
     assert sdk.call(_raw("chat.completions.create"), **openai_chat()).headers["x-cachekit-cache"] == "miss"
-
-
-def test_dropin_clients_are_sdk_clients_and_copies_keep_caching(harness: Harness) -> None:
-    sdk = harness.sdk("anthropic")
-    expected = anthropic.AsyncAnthropic if sdk.is_async else anthropic.Anthropic
-    assert isinstance(sdk.client, expected)
-    sdk.call("messages.create", **anthropic_messages())
-    for copied in (sdk.with_options(timeout=5.0), SDKCopy(sdk)):
-        hit = copied.call("messages.with_raw_response.create", **anthropic_messages())
-        assert hit.headers["x-cachekit-cache"] == "hit"
-    assert harness.upstream.calls == 1
-    assert cachekit.cache_of(sdk.client).stats.hits == 2
-
-
-def SDKCopy(sdk: Any) -> Any:
-    return type(sdk)(sdk.client.copy(max_retries=1), sdk._loop)
-
-
-def test_wrap_adds_caching_to_a_client_built_elsewhere() -> None:
-    import httpx2
-
-    from cachekit.testing import FakeUpstream
-
-    upstream = FakeUpstream()
-    client = openai.OpenAI(api_key="sk-x", http_client=httpx2.Client(transport=upstream))
-    wrapped = cachekit.wrap(client, cache="memory://")
-    assert wrapped is client
-    assert cachekit.wrap(client) is client  # wrapping twice keeps one cache
-    for _ in range(3):
-        client.chat.completions.create(**openai_chat())
-    assert upstream.calls == 1
-    assert cachekit.cache_of(client).stats.hits == 2
-    client.close()
-
-
-def test_wrap_rejects_things_that_are_not_clients() -> None:
-    with pytest.raises(TypeError, match="cannot add caching"):
-        cachekit.wrap(object())
-    with pytest.raises(TypeError, match="no cachekit cache"):
-        cachekit.cache_of(openai.OpenAI(api_key="x"))
 
 
 def test_known_bytes_with_an_expired_entry_still_go_upstream_canonical(harness: Harness) -> None:

@@ -10,6 +10,7 @@ clock. No sleeps.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import operator
 import threading
@@ -27,7 +28,7 @@ from cachekit.pipeline.flights import SLOW_WAIT, STALL_AFTER, Flight, Flights, W
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream, Hold
 from tests.conftest import BASE_URLS
-from tests.requests import DIALECTS, anthropic_messages
+from tests.requests import DIALECTS, anthropic_messages, openai_chat
 
 #: Long enough that a test which waited for it would never end: a wait shows up as an event instead.
 FOREVER = 3600.0
@@ -223,6 +224,46 @@ def test_a_stream_held_unread_by_another_caller_is_taken_over(
     assert rest  # the stalled stream still reads to its end
     assert "has not read its stream for 5.0 s" in caplog.text
     assert PROMPT not in caplog.text
+
+
+def test_a_stream_dropped_unread_does_not_hold_its_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The dropped stream's flight lands from its finalizer, on cachekit's worker thread. The test
+    # waits for that landing (an event, not a timeout), then makes the identical request: it must
+    # find no flight to wait for. Before the fix the flight never landed, and the next request waited
+    # for the lost leader until it gave up (or, from the same thread, went upstream beside it).
+    landed = threading.Event()
+    land = Flights.land
+
+    def recording_land(flights: Flights, key: str, flight: Flight) -> None:
+        land(flights, key, flight)
+        landed.set()
+
+    waits: list[WaitResult] = []
+    wait = Flight.wait
+
+    def recording_wait(flight: Flight, timeout: float) -> WaitResult:
+        waits.append(wait(flight, timeout))
+        return waits[-1]
+
+    monkeypatch.setattr(Flights, "land", recording_land)
+    monkeypatch.setattr(Flight, "wait", recording_wait)
+    upstream = FakeUpstream()
+    client = cachekit.OpenAI(
+        api_key="k",
+        http_client=httpx2.Client(transport=upstream),
+        cache=cachekit.Cache(
+            cachekit.CacheConfig(store=MemoryStore(), ledger=False, coalesce_timeout=3600),
+            clock=ManualClock(),  # nobody gives up on a flight, nor judges one stalled
+        ),
+    )
+    stream = client.chat.completions.create(**openai_chat(), stream=True)
+    del stream
+    gc.collect()
+    assert landed.wait(60)  # a guard against a hang: only the landing sets it
+    client.chat.completions.create(**openai_chat())
+    assert waits == []  # no flight was left to wait for
+    assert upstream.calls == 2
+    client.close()
 
 
 def test_a_follower_wakes_when_its_leader_could_first_be_judged_stalled() -> None:
@@ -557,6 +598,67 @@ def test_the_followers_of_a_cancelled_leader_elect_one_new_leader(monkeypatch: p
     assert upstream.calls == 2
     assert [type(f) for f in failures] == [asyncio.CancelledError]
     assert len({answer.id for answer in answers}) == 1
+
+
+def test_a_leader_cancelled_while_looking_up_lands_its_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Any wait for a flight is recorded and refused at once ("own": the caller goes upstream), so a
+    # flight the cancelled leader left behind shows up as a wait, not as a pause of coalesce_timeout
+    # that ends in the same upstream call (which is how this test passed without the fix).
+    waits: list[Flight] = []
+
+    async def refused_wait(flight: Flight, timeout: float) -> WaitResult:
+        waits.append(flight)
+        return "own"
+
+    monkeypatch.setattr(Flight, "wait_async", refused_wait)
+
+    class HeldStore(MemoryStore):
+        """Holds the second lookup (the leader's look again after joining its flight) until cancelled."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.lookups = 0
+            self.holding = asyncio.Event()
+
+        async def aget(self, key: str) -> bytes | None:
+            self.lookups += 1
+            if self.lookups == 2:
+                self.holding.set()
+                await asyncio.Future()  # never resolves: only the cancellation ends it
+            return self.get(key)
+
+        async def aset(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+            self.set(key, value, ttl=ttl)
+
+        async def adelete(self, key: str) -> None:
+            self.delete(key)
+
+        async def aclose(self) -> None:
+            self.close()
+
+    upstream = FakeUpstream()
+
+    async def main() -> cachekit.Cache:
+        store = HeldStore()
+        cache = cachekit.Cache(cachekit.CacheConfig(store=store, ledger=False))
+        transport = cachekit.AsyncCachingTransport(upstream, cache=cache)
+        async with httpx2.AsyncClient(transport=transport) as client:
+
+            def post() -> Any:
+                return client.post("https://api.openai.com/v1/chat/completions", json=openai_chat())
+
+            leader = asyncio.ensure_future(post())
+            await store.holding.wait()
+            leader.cancel()  # during its second lookup
+            with pytest.raises(asyncio.CancelledError):
+                await leader
+            await post()
+        return cache
+
+    cache = asyncio.run(main())
+    assert waits == []  # the next request found no flight of the cancelled leader to wait for
+    assert cache.stats.coalesced == 0
+    assert upstream.calls == 1
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

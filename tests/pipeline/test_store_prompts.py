@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx2
+
 import cachekit
+from cachekit.stores import MemoryStore
+from cachekit.testing import FakeUpstream
 from tests.conftest import Harness
 from tests.requests import openai_responses
 
@@ -83,3 +87,27 @@ def collect(sdk: Any, stream: Any) -> list[Any]:
         return [event async for event in stream]
 
     return sdk.run(gather())  # type: ignore[no-any-return]
+
+
+def test_a_cached_answer_whose_echo_cannot_be_restored_goes_upstream() -> None:
+    """An entry whose echoed prompt cannot be put back (a schema nested deeper than the restore goes)
+    never fails the call (found in review: it failed before its fix)."""
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(120):
+        deep = {"type": "object", "properties": {"x": deep}}
+    body = {
+        "model": "gpt-4.1-mini",
+        "input": "hello",
+        "instructions": "be brief",
+        "tools": [{"type": "function", "name": "f", "parameters": deep}],
+    }
+    config = cachekit.CacheConfig(store=MemoryStore(), ledger=False, store_prompts=False)
+    upstream = FakeUpstream()
+    with httpx2.Client(transport=cachekit.CachingTransport(upstream, cache=config)) as client:
+        outcomes = []
+        for stream in (False, True, True):
+            response = client.post("https://api.openai.com/v1/responses", json={**body, "stream": stream})
+            assert response.status_code == 200
+            response.read()
+            outcomes.append(response.headers["x-cachekit-cache"])
+    assert outcomes[0] == "miss"

@@ -22,7 +22,8 @@ import cachekit
 from cachekit.cost import Ledger, MemorySink
 from cachekit.errors import CorruptEntryError
 from cachekit.providers import sse
-from cachekit.stores import record
+from cachekit.stores import MemoryStore, record
+from cachekit.testing import FakeUpstream
 from tests.conftest import SDK, Harness
 from tests.requests import openai_chat
 
@@ -254,6 +255,25 @@ def test_usage_is_asked_only_of_providers_that_accept_the_option(
     assert sent.json()["stream_options"] == expected
     sdk.call("chat.completions.create", **chat())
     assert harness.upstream.calls == (1 if asked else 2)
+
+
+def _transport(upstream: Any, **config: Any) -> cachekit.CachingTransport:
+    return cachekit.CachingTransport(
+        upstream, cache=cachekit.CacheConfig(store=MemoryStore(), ledger=False, **config)
+    )
+
+
+def test_the_same_bytes_on_another_endpoint_are_understood_afresh() -> None:
+    """The pipeline remembers request bytes per dialect: bytes first seen on /responses must not
+    lend their form (stream options) to a Chat request."""
+    upstream = FakeUpstream()
+    body = {**openai_chat(), "stream": True, "stream_options": {"include_usage": True}}
+    with httpx2.Client(transport=_transport(upstream)) as client:
+        client.post("https://api.openai.com/v1/responses", json=body)
+        for _ in range(2):
+            with client.stream("POST", "https://api.openai.com/v1/chat/completions", json=body) as r:
+                text = r.read()
+    assert b'"choices":[]' in text  # the usage chunk asked for by stream_options
 
 
 def test_record_keeps_the_usage_fact_and_refuses_a_bad_one() -> None:

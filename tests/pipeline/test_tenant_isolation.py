@@ -42,6 +42,7 @@ import cachekit
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
 from tests.fuzzing import fuzz
+from tests.requests import CHAT_URL, anthropic_messages, chat_question, openai_chat
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -576,6 +577,21 @@ def test_partitions_are_keyed_by_the_store_secret(layer: Layer, endpoint: str) -
     assert keys[0] != keys[1]
 
 
+def test_keys_are_keyed_by_the_store_secret() -> None:
+    """Someone who can guess a prompt cannot compute its key without the store's secret, even for an
+    explicit tenant (whose partition label is in the clear)."""
+    keys = []
+    for _ in range(2):
+        store = MemoryStore()
+        config = cachekit.CacheConfig(store=store, ledger=False, tenant="acme")
+        with httpx2.Client(transport=cachekit.CachingTransport(FakeUpstream(), cache=config)) as client:
+            client.post(CHAT_URL, json=chat_question("same question"))
+        [entry] = list(store.entries(""))
+        keys.append(entry.key)
+    assert keys[0].rsplit(":", 1)[0] == keys[1].rsplit(":", 1)[0]  # same namespace and partition
+    assert keys[0] != keys[1]
+
+
 def test_openai_credential_headers_partition(layer: Layer) -> None:
     """Every credential header counts: the same bearer token with different ``api-key`` headers (an
     Azure-style gateway key) are two partitions."""
@@ -598,6 +614,44 @@ def test_openai_credential_headers_partition(layer: Layer) -> None:
         answers.append(response.headers["x-cachekit-cache"])
     assert answers == ["miss", "miss", layer.hit]
     assert world.upstream.calls == 2
+
+
+def _transport(upstream: Any, **config: Any) -> cachekit.CachingTransport:
+    return cachekit.CachingTransport(
+        upstream, cache=cachekit.CacheConfig(store=MemoryStore(), ledger=False, **config)
+    )
+
+
+def test_every_credential_header_partitions() -> None:
+    """A gateway's fixed x-api-key must not make two users' bearer tokens share entries."""
+    upstream = FakeUpstream()
+    with httpx2.Client(transport=_transport(upstream)) as client:
+        base = {"anthropic-version": "2023-06-01", "x-api-key": "gateway-placeholder"}
+        for user in ("alice", "bob"):
+            r = client.post(
+                "https://api.anthropic.com/v1/messages",
+                json=anthropic_messages(),
+                headers={**base, "authorization": f"Bearer {user}"},
+            )
+            assert r.headers["x-cachekit-cache"] == "miss"
+    assert upstream.calls == 2
+
+
+def test_configured_credential_headers_partition() -> None:
+    """A credential header the configuration names (a gateway's own) partitions like the built-in ones
+    (found in review: it failed before its fix)."""
+    upstream = FakeUpstream()
+    transport = _transport(upstream, credential_headers=("X-Portkey-Api-Key",))
+    with httpx2.Client(transport=transport) as client:
+        outcomes = [
+            client.post(
+                "https://api.openai.com/v1/chat/completions",
+                json=openai_chat(),
+                headers={"x-portkey-api-key": who},
+            ).headers["x-cachekit-cache"]
+            for who in ("alice", "bob", "alice")
+        ]
+    assert outcomes == ["miss", "miss", "hit"]
 
 
 def test_empty_config_tenant_does_not_join_credentials(layer: Layer) -> None:

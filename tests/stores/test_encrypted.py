@@ -14,11 +14,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import cachekit
 import cachekit.stores
 from cachekit.errors import ConfigError, MissingExtraError, StoreError
 from cachekit.stores.base import AsyncStore, EntryInfo, Inspectable, Store
@@ -35,11 +37,15 @@ from cachekit.stores.memory import MemoryStore
 from cachekit.stores.record import CachedResponse, encode
 from cachekit.stores.redis import RedisStore
 from cachekit.stores.sqlite import SQLiteStore
-from tests.redis_servers import redis7_server
+from cachekit.testing import FakeUpstream
+from tests.redis_servers import RedisServer, free_port, redis7_server
+from tests.requests import CHAT_URL, chat_question
 
 K1 = bytes(range(32))
 K2 = bytes(range(100, 132))
 K3 = bytes(range(200, 232))
+#: ``CacheConfig(encryption_keys=...)`` with one fresh key.
+KEY_SPEC = "k1:" + generate_key()
 PLAINTEXT = b'{"content":"the secret answer is forty-two","model":"claude"}'
 #: The session's Redis 7, imported as a fixture (named here so linters see it used).
 SERVER_FIXTURES = (redis7_server,)
@@ -331,6 +337,39 @@ def test_repr_and_properties_show_no_key_material() -> None:
     assert "'k2'" in repr(enc)
     _assert_no_material(repr(enc), K1, K2)
     assert EncryptedStore(inner, {"k1": K1, "k2": K2}).current_key_id == "k1"
+
+
+def test_an_encrypted_redis_store_that_is_down_does_not_stop_the_client() -> None:
+    """Building a client makes no store round trip, encrypted wrapper included: a Redis that is down
+    makes calls bypasses, never errors (found in review: it failed before its fix)."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    cache = cachekit.Cache(cachekit.CacheConfig(store=url, encryption_keys=KEY_SPEC, ledger=False))
+    with httpx2.Client(transport=cachekit.CachingTransport(FakeUpstream(), cache=cache)) as client:
+        response = client.post(CHAT_URL, json=chat_question("q"))
+    assert response.status_code == 200
+    assert response.headers["x-cachekit-cache"] == "bypass"
+    cache.close()
+
+
+def test_encryption_over_a_real_redis_store(redis7_server: RedisServer) -> None:
+    """The encrypted wrapper over a real Redis: hits, and neither question nor answer in what Redis
+    holds (found in review)."""
+    store = RedisStore(redis7_server.url, prefix="enc-regress:")
+    try:
+        config = cachekit.CacheConfig(store=store, encryption_keys=KEY_SPEC, ledger=False)
+        with httpx2.Client(transport=cachekit.CachingTransport(FakeUpstream(), cache=config)) as client:
+            first = client.post(CHAT_URL, json=chat_question("secret question"))
+            second = client.post(CHAT_URL, json=chat_question("secret question"))
+        assert [first.headers["x-cachekit-cache"], second.headers["x-cachekit-cache"]] == ["miss", "hit"]
+        [entry] = list(store.entries(""))
+        raw = store.get(entry.key)
+        assert raw is not None
+        assert raw.startswith(b"CKE1")
+        assert b"secret question" not in raw
+        assert b"Fake reply" not in raw
+    finally:
+        store.clear()
+        store.close()
 
 
 # -- keys: wrong key, rotation -----------------------------------------------------------------------

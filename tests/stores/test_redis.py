@@ -332,6 +332,28 @@ def test_secret_needs_redis(open_store: Callable[..., RedisStore]) -> None:
         _ = store.secret
 
 
+def test_processes_converge_on_one_secret_after_redis_loses_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes that outlive a Redis restart which lost the secret converge on one secret again
+    (found in review: it failed before its fix)."""
+    monkeypatch.setattr(cachekit.stores.redis, "SECRET_RESYNC", 0.0)
+    server = RedisServer(redis7_binary()).start()  # no persistence: a restart loses everything
+    try:
+        old = RedisStore(server.url)
+        first = old.secret
+        server.restart()
+        newcomer = RedisStore(server.url)  # a process started after the restart makes a new secret
+        assert newcomer.secret != first
+        assert old.secret == newcomer.secret  # the old process adopts what Redis holds now
+        server.restart()
+        assert old.secret == newcomer.secret  # ... and writes it back when Redis has none
+        late = RedisStore(server.url)
+        assert late.secret == old.secret
+        for s in (old, newcomer, late):
+            s.close()
+    finally:
+        server.cleanup()
+
+
 # -- credentials -----------------------------------------------------------------------------------
 
 PASSWORD = "Sup3r-s3cret-pa55"
@@ -397,6 +419,18 @@ def test_url_errors_never_echo_credentials(url: str) -> None:
         RedisStore(url)
     assert WRONG not in str(info.value)
     assert USER not in str(info.value)
+
+
+def test_credentials_never_reach_an_error_or_a_repr() -> None:
+    """A store URL's password is redacted in every error and repr, odd characters included (found in
+    review: it failed before its fix)."""
+    with pytest.raises(ConfigError) as caught:
+        store_from_url("redis://:s3cr?tpass@cache.internal:6379/0", home=Path("/tmp"))
+    assert "s3cr" not in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        store_from_url("rediss://user:pa#ss?w0rd@", home=Path("/tmp"))
+    assert "w0rd" not in str(caught.value)
+    assert "hunter2" not in repr(cachekit.CacheConfig(store="redis://default:hunter2secret@h:6379/0"))
 
 
 # -- URLs and options ------------------------------------------------------------------------------

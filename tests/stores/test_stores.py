@@ -27,6 +27,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import cachekit
 from cachekit.config import MAX_TTL
 from cachekit.errors import ConfigError, StoreError
 from cachekit.stores import (
@@ -415,6 +416,34 @@ def test_threads_lose_nothing(make_store: MakeStore, kind: str) -> None:
     ]
     assert missing == []
     assert store.get("shared") in shared_values
+
+
+def test_a_store_whose_secret_is_an_instance_attribute_is_accepted() -> None:
+    """A store whose ``secret`` is a plain attribute, not a property, is a store (found in review: it
+    failed before its fix)."""
+
+    class Plain:
+        def __init__(self) -> None:
+            self.secret = os.urandom(32)
+            self._inner = MemoryStore()
+
+        def get(self, key: str) -> bytes | None:
+            return self._inner.get(key)
+
+        def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+            self._inner.set(key, value, ttl=ttl)
+
+        def delete(self, key: str) -> None:
+            self._inner.delete(key)
+
+        def clear(self) -> None:
+            self._inner.clear()
+
+        def close(self) -> None:
+            self._inner.close()
+
+    cache = cachekit.Cache(cachekit.CacheConfig(store=Plain(), ledger=False))  # type: ignore[arg-type]
+    assert cache.sync_store is not None
 
 
 # -- the contract: Inspectable ---------------------------------------------------------------------
@@ -1068,6 +1097,30 @@ def test_sqlite_processes_opening_a_fresh_file_at_once_agree_on_the_secret(tmp_p
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
+
+
+def _open(path: str, results: Any) -> None:
+    try:
+        SQLiteStore(path).close()
+        results.put("ok")
+    except Exception as exc:  # pragma: no cover - reported by the assertion
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_many_processes_creating_one_sqlite_store_at_once(tmp_path: Path) -> None:
+    """Sixteen processes creating one new SQLite file at once all open it (found in review: it failed
+    before SQLite opened with a longer timeout)."""
+    context = multiprocessing.get_context("fork")
+    for trial in range(3):
+        path = str(tmp_path / f"new-{trial}.db")
+        results = context.Queue()
+        procs = [context.Process(target=_open, args=(path, results)) for _ in range(16)]
+        for p in procs:
+            p.start()
+        outcomes = [results.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(30)
+        assert outcomes == ["ok"] * 16
 
 
 _fork_only = pytest.mark.skipif(
