@@ -15,6 +15,7 @@ import pytest
 
 import cachekit.testing
 from cachekit.testing import FakeUpstream, RecordedRequest
+from tests.conftest import sdk_client
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 OPENAI_URL = "https://api.openai.com/v1"
@@ -58,44 +59,30 @@ def upstream() -> FakeUpstream:
 
 
 def claude(upstream: FakeUpstream, **kwargs: Any) -> anthropic.Anthropic:
-    kwargs.setdefault("max_retries", 0)
-    return anthropic.Anthropic(
-        api_key="test",
-        base_url=ANTHROPIC_URL,
-        http_client=httpx2.Client(transport=upstream),
-        _strict_response_validation=True,
-        **kwargs,
-    )
+    return _plain("anthropic", "sync", upstream, ANTHROPIC_URL, **kwargs)
 
 
 def async_claude(upstream: FakeUpstream, **kwargs: Any) -> anthropic.AsyncAnthropic:
-    kwargs.setdefault("max_retries", 0)
-    return anthropic.AsyncAnthropic(
-        api_key="test",
-        base_url=ANTHROPIC_URL,
-        http_client=httpx2.AsyncClient(transport=upstream),
-        _strict_response_validation=True,
-        **kwargs,
-    )
+    return _plain("anthropic", "async", upstream, ANTHROPIC_URL, **kwargs)
 
 
 def gpt(upstream: FakeUpstream, base_url: str = OPENAI_URL, **kwargs: Any) -> openai.OpenAI:
-    kwargs.setdefault("max_retries", 0)
-    return openai.OpenAI(
-        api_key="test",
-        base_url=base_url,
-        http_client=httpx2.Client(transport=upstream),
-        _strict_response_validation=True,
-        **kwargs,
-    )
+    return _plain("openai", "sync", upstream, base_url, **kwargs)
 
 
 def async_gpt(upstream: FakeUpstream, **kwargs: Any) -> openai.AsyncOpenAI:
-    kwargs.setdefault("max_retries", 0)
-    return openai.AsyncOpenAI(
+    return _plain("openai", "async", upstream, OPENAI_URL, **kwargs)
+
+
+def _plain(provider: str, mode: str, upstream: FakeUpstream, base_url: str, **kwargs: Any) -> Any:
+    """The SDK's own client (no cachekit) over ``upstream``, validating every response strictly."""
+    return sdk_client(
+        provider,
+        mode,
+        transport=upstream,
+        plain=True,
         api_key="test",
-        base_url=OPENAI_URL,
-        http_client=httpx2.AsyncClient(transport=upstream),
+        base_url=base_url,
         _strict_response_validation=True,
         **kwargs,
     )

@@ -10,7 +10,7 @@ import pytest
 import cachekit
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
-from tests.conftest import Harness
+from tests.conftest import Harness, sdk_client
 from tests.requests import anthropic_messages, openai_chat
 
 
@@ -28,7 +28,7 @@ def test_dropin_clients_are_sdk_clients_and_copies_keep_caching(harness: Harness
 
 def test_wrap_adds_caching_to_a_client_built_elsewhere() -> None:
     upstream = FakeUpstream()
-    client = openai.OpenAI(api_key="sk-x", http_client=httpx2.Client(transport=upstream))
+    client = sdk_client("openai", transport=upstream, plain=True, api_key="sk-x")
     wrapped = cachekit.wrap(client, cache="memory://")
     assert wrapped is client
     assert cachekit.wrap(client) is client  # wrapping twice keeps one cache
@@ -51,7 +51,7 @@ def test_a_copy_with_a_new_http_client_keeps_the_cache() -> None:
     review: it failed before its fix)."""
     upstream = FakeUpstream()
     config = cachekit.CacheConfig(store=MemoryStore(), tenant="acme", ttl=60, ledger=False)
-    client = cachekit.Anthropic(api_key="k", cache=config, http_client=httpx2.Client(transport=upstream))
+    client = sdk_client("anthropic", transport=upstream, api_key="k", cache=config)
     for copied in (
         client.with_options(http_client=httpx2.Client(transport=upstream)),
         client.copy(max_retries=1),

@@ -18,7 +18,6 @@ from typing import Any
 
 import anthropic
 import httpx2
-import openai
 import openai.resources.chat.completions.completions as chat_module
 import openai.resources.responses.responses as responses_module
 import pytest
@@ -27,7 +26,7 @@ import cachekit
 from cachekit.cost import Ledger, MemorySink
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
-from tests.conftest import SDK, Harness
+from tests.conftest import SDK, Harness, sdk_client
 from tests.requests import anthropic_messages, openai_chat, openai_responses
 
 CHAT = "chat.completions.create"
@@ -64,19 +63,10 @@ def shared_cache(sink: MemorySink | None = None) -> cachekit.Cache:
 
 def wrapped(harness: Harness, cache: cachekit.Cache) -> SDK:
     """A plain SDK client with cachekit.wrap(): the normal path, which never uses the memo."""
-    loop = harness._loop
-    cls = openai.AsyncOpenAI if loop is not None else openai.OpenAI
-    http: Any = (
-        httpx2.AsyncClient(transport=harness.upstream) if loop else httpx2.Client(transport=harness.upstream)
+    client = sdk_client(
+        "openai", harness.mode, transport=harness.upstream, plain=True, _strict_response_validation=True
     )
-    client = cls(
-        api_key="sk-test-1",
-        base_url="https://api.openai.com/v1",
-        http_client=http,
-        max_retries=0,
-        _strict_response_validation=True,
-    )
-    sdk = SDK(cachekit.wrap(client, cache), loop)
+    sdk = SDK(cachekit.wrap(client, cache), harness._loop)
     harness._clients.append(sdk)
     return sdk
 
@@ -302,7 +292,7 @@ def test_anthropic_messages_create_still_runs_each_call(harness: Harness) -> Non
 def test_the_memo_is_bounded() -> None:
     from cachekit.clients.memo import RequestMemo, record_post
 
-    sdk = openai.OpenAI(api_key="sk", http_client=httpx2.Client(transport=httpx2.MockTransport(_ok)))
+    sdk = sdk_client("openai", transport=httpx2.MockTransport(_ok), plain=True, api_key="sk")
     memo = RequestMemo(max_entries=2, max_bytes=1 << 20)
     fingerprint = memo.fingerprint(sdk)
     keys = [memo.key("m", (), {"n": i}) for i in range(3)]
@@ -328,7 +318,7 @@ def test_threads_learn_and_replay_one_memo(transforms: dict[str, int]) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     upstream = FakeUpstream()
-    client = cachekit.OpenAI(api_key="sk", http_client=httpx2.Client(transport=upstream), cache=MemoryStore())
+    client = sdk_client("openai", transport=upstream, api_key="sk", cache=MemoryStore())
     start = threading.Barrier(8)
 
     def work(_: int) -> list[dict[str, Any]]:

@@ -17,16 +17,17 @@ from cachekit.cli import main
 from cachekit.cost import JSONLSink, Ledger, MemorySink
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
+from tests.conftest import sdk_client
 from tests.requests import CHAT_URL, anthropic_messages, chat_question, openai_chat
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces-sample.jsonl"  # see fixtures/README.md
 
 
 def _client(kind: str, ledger: Ledger, upstream: FakeUpstream | None = None, **config: Any) -> Any:
-    cls = {"anthropic": cachekit.Anthropic, "openai": cachekit.OpenAI}[kind]
-    return cls(
+    return sdk_client(
+        kind,
+        transport=upstream or FakeUpstream(),
         api_key="k",
-        http_client=httpx2.Client(transport=upstream or FakeUpstream()),
         cache=cachekit.CacheConfig(store=MemoryStore(), ledger=ledger, **config),
     )
 

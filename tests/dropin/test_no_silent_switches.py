@@ -12,12 +12,13 @@ import pytest
 
 import cachekit
 from cachekit.testing import FakeUpstream
+from tests.conftest import sdk_client
 from tests.requests import openai_chat
 
 
 def test_a_second_wrap_with_another_cache_is_an_error_not_ignored() -> None:
     upstream = FakeUpstream()
-    client = openai.OpenAI(api_key="sk-x", http_client=httpx2.Client(transport=upstream))
+    client = sdk_client("openai", transport=upstream, plain=True, api_key="sk-x")
     first = cachekit.Cache(cachekit.CacheConfig(store="memory://"))
     cachekit.wrap(client, cache=first)
     assert cachekit.wrap(client) is client  # no cache named: keeps the one it has

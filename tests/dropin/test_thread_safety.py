@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx2
 import pytest
 
 import cachekit
@@ -28,6 +27,7 @@ from cachekit.shape.planner import PlanMemory, Planner
 from cachekit.shape.tokens import TokenEstimator
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
+from tests.conftest import sdk_client
 
 THREADS = 8
 CALLS = 150  # per thread
@@ -108,9 +108,8 @@ def test_many_threads_through_one_cache(monkeypatch: pytest.MonkeyPatch, fast_sw
     upstream = FakeUpstream()
     cache = cachekit.Cache(cachekit.CacheConfig(store=MemoryStore(max_entries=32), ledger=False))
     small_everything(cache, monkeypatch)
-    common = {"api_key": "sk-test", "cache": cache, "max_retries": 0}
-    anthropic_client = cachekit.Anthropic(http_client=httpx2.Client(transport=upstream), **common)
-    openai_client = cachekit.OpenAI(http_client=httpx2.Client(transport=upstream), **common)
+    anthropic_client = sdk_client("anthropic", transport=upstream, api_key="sk-test", cache=cache)
+    openai_client = sdk_client("openai", transport=upstream, api_key="sk-test", cache=cache)
     calls: list[tuple[str, Callable[..., Any], Callable[[int], dict[str, Any]]]] = [
         ("anthropic", anthropic_client.messages.create, anthropic_request),
         ("openai", openai_client.chat.completions.create, chat_request),

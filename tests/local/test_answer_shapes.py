@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
-import httpx2
-import openai
 import orjson
 import pytest
 
@@ -44,7 +42,7 @@ from cachekit.local.engine import GenerationState
 from cachekit.local.parse import parse
 from cachekit.providers import sse
 from cachekit.testing import FakeUpstream
-from tests.conftest import SDK, Harness
+from tests.conftest import SDK, Harness, sdk_client
 from tests.dropin.test_streaming import STREAM_HELPERS
 from tests.sdk_events import read_typed, untyped
 
@@ -320,12 +318,13 @@ def backend() -> Iterator[LocalBackend]:
 
 
 def _client(dialect: Dialect, backend: LocalBackend) -> Any:
-    sdk: Any = anthropic.Anthropic if dialect == "anthropic_messages" else openai.OpenAI
-    return sdk(
+    provider = "anthropic" if dialect == "anthropic_messages" else "openai"
+    return sdk_client(
+        provider,
+        transport=LocalTransport(backend),
+        plain=True,
         api_key="k",
-        base_url="http://local.test" + ("" if dialect == "anthropic_messages" else "/v1"),
-        http_client=httpx2.Client(transport=LocalTransport(backend)),
-        max_retries=0,
+        base_url="http://local.test" + ("" if provider == "anthropic" else "/v1"),
         _strict_response_validation=True,
     )
 

@@ -24,6 +24,7 @@ import tiktoken
 
 from cachekit.local import LocalBackend, LocalServer, LocalTransport, ManualClock, ScriptedEngine
 from cachekit.shape.tokens import encoding
+from tests.conftest import sdk_client
 
 MODEL = "claude-sonnet-4-5"
 GPT = "gpt-4.1-mini"
@@ -60,32 +61,33 @@ def where(request: pytest.FixtureRequest, server: LocalServer) -> dict[str, Any]
     return {"base_url": "http://local.test", "transport": transport}
 
 
-def _sdk(sdk_class: Any, http_class: Any, where: dict[str, Any], key: str, suffix: str = "") -> Any:
+def _sdk(provider: str, mode: str, where: dict[str, Any], key: str, suffix: str = "") -> Any:
     """An SDK client on the server (``base_url``) or on the in-process transport, strictly validating."""
-    client = http_class(transport=where["transport"]) if "transport" in where else None
-    return sdk_class(
+    return sdk_client(
+        provider,
+        mode,
+        transport=where.get("transport"),
+        plain=True,
         api_key=key,
         base_url=where["base_url"] + suffix,
-        http_client=client,
-        max_retries=0,
         _strict_response_validation=True,
     )
 
 
 def claude(where: dict[str, Any], *, key: str = "k1") -> anthropic.Anthropic:
-    return _sdk(anthropic.Anthropic, httpx2.Client, where, key)
+    return _sdk("anthropic", "sync", where, key)
 
 
 def async_claude(where: dict[str, Any], *, key: str = "k1") -> anthropic.AsyncAnthropic:
-    return _sdk(anthropic.AsyncAnthropic, httpx2.AsyncClient, where, key)
+    return _sdk("anthropic", "async", where, key)
 
 
 def gpt(where: dict[str, Any], *, key: str = "k1") -> openai.OpenAI:
-    return _sdk(openai.OpenAI, httpx2.Client, where, key, "/v1")
+    return _sdk("openai", "sync", where, key, "/v1")
 
 
 def async_gpt(where: dict[str, Any], *, key: str = "k1") -> openai.AsyncOpenAI:
-    return _sdk(openai.AsyncOpenAI, httpx2.AsyncClient, where, key, "/v1")
+    return _sdk("openai", "async", where, key, "/v1")
 
 
 def ask(text: str, **extra: Any) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx2
 import pytest
 import tiktoken
 
@@ -18,6 +17,7 @@ from cachekit.cost import Ledger, MemorySink
 from cachekit.local import LocalBackend, LocalTransport
 from cachekit.shape.tokens import encoding
 from cachekit.stores import MemoryStore
+from tests.conftest import sdk_client
 
 SYSTEM = " ".join(f"Policy {i}: keep answers short and cite clause {i}." for i in range(200))
 
@@ -29,17 +29,16 @@ def o200k() -> Any:
 
 
 def _client(kind: str, backend: LocalBackend, sink: MemorySink, price_as: str | None = None) -> Any:
-    cls = {"anthropic": cachekit.Anthropic, "openai": cachekit.OpenAI}[kind]
     ledger = Ledger([sink])
-    return cls(
+    return sdk_client(
+        kind,
+        transport=LocalTransport(backend),
         api_key="k",
         base_url="http://local.test" + ("/v1" if kind == "openai" else ""),
-        http_client=httpx2.Client(transport=LocalTransport(backend)),
         # The caller's markers only: these tests count what they write (the planner has its own tests).
         cache=cachekit.CacheConfig(
             store=MemoryStore(), ledger=ledger, price_as=price_as or kind, breakpoints="off"
         ),
-        max_retries=0,
     )
 
 

@@ -36,7 +36,7 @@ from cachekit.semantic.partition import SemanticRequest, split_request
 from cachekit.shape.canonical import CanonicalOptions
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
-from tests.conftest import Harness
+from tests.conftest import Harness, sdk_client
 from tests.requests import anthropic_messages, openai_chat, openai_responses
 
 SETTINGS = settings(
@@ -240,10 +240,14 @@ class World:
         self.clients: list[Any] = []
 
     def client(self, provider: str, **options: Any) -> Any:
-        http_client = httpx2.Client(transport=self.upstream, event_hooks={"request": [self.seen.append]})
-        make = cachekit.Anthropic if provider == "anthropic" else cachekit.OpenAI
-        options.setdefault("max_retries", 0)
-        client = make(api_key="sk-test", http_client=http_client, cache=self.cache, **options)
+        client = sdk_client(
+            provider,
+            transport=self.upstream,
+            http_options={"event_hooks": {"request": [self.seen.append]}},
+            api_key="sk-test",
+            cache=self.cache,
+            **options,
+        )
         self.clients.append(client)
         return client
 

@@ -27,7 +27,7 @@ from cachekit.local import ManualClock
 from cachekit.pipeline.flights import SLOW_WAIT, STALL_AFTER, Flight, Flights, WaitResult, retry_of
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream, Hold
-from tests.conftest import BASE_URLS
+from tests.conftest import sdk_client
 from tests.requests import DIALECTS, anthropic_messages, openai_chat
 
 #: Long enough that a test which waited for it would never end: a wait shows up as an event instead.
@@ -48,12 +48,8 @@ def _client(provider: str, upstream: FakeUpstream, *, is_async: bool, **options:
         ),
         clock=clock,
     )
-    name = {"anthropic": "Anthropic", "openai": "OpenAI"}[provider]
-    http: Any = httpx2.AsyncClient(transport=upstream) if is_async else httpx2.Client(transport=upstream)
-    options.setdefault("max_retries", 0)
-    return getattr(cachekit, ("Async" if is_async else "") + name)(
-        api_key="k", base_url=BASE_URLS[provider], http_client=http, cache=cache, **options
-    )
+    mode = "async" if is_async else "sync"
+    return sdk_client(provider, mode, transport=upstream, api_key="k", cache=cache, **options)
 
 
 class Watch:
@@ -248,9 +244,10 @@ def test_a_stream_dropped_unread_does_not_hold_its_flight(monkeypatch: pytest.Mo
     monkeypatch.setattr(Flights, "land", recording_land)
     monkeypatch.setattr(Flight, "wait", recording_wait)
     upstream = FakeUpstream()
-    client = cachekit.OpenAI(
+    client = sdk_client(
+        "openai",
+        transport=upstream,
         api_key="k",
-        http_client=httpx2.Client(transport=upstream),
         cache=cachekit.Cache(
             cachekit.CacheConfig(store=MemoryStore(), ledger=False, coalesce_timeout=3600),
             clock=ManualClock(),  # nobody gives up on a flight, nor judges one stalled
@@ -470,12 +467,8 @@ def test_clients_that_share_a_cache_coalesce_across_each_other(
     watch = Watch(monkeypatch)
     upstream = FakeUpstream()
     cache = cachekit.Cache(cachekit.CacheConfig(store=MemoryStore(), ledger=False, coalesce_timeout=FOREVER))
-    sync_client = cachekit.Anthropic(
-        api_key="k", http_client=httpx2.Client(transport=upstream), cache=cache, max_retries=0
-    )
-    async_client = cachekit.AsyncAnthropic(
-        api_key="k", http_client=httpx2.AsyncClient(transport=upstream), cache=cache, max_retries=0
-    )
+    sync_client = sdk_client("anthropic", transport=upstream, api_key="k", cache=cache)
+    async_client = sdk_client("anthropic", "async", transport=upstream, api_key="k", cache=cache)
     results: list[Any] = []
     first = upstream.hold_next()
 
@@ -791,12 +784,8 @@ def test_retry_after_as_an_http_date() -> None:
 
 def test_a_held_request_waits_until_released_or_reset() -> None:
     upstream = FakeUpstream()
-    client = openai.OpenAI(  # the plain SDK: every call reaches the upstream
-        api_key="k",
-        base_url=BASE_URLS["openai"],
-        http_client=httpx2.Client(transport=upstream),
-        max_retries=0,
-    )
+    # the plain SDK: every call reaches the upstream
+    client = sdk_client("openai", transport=upstream, plain=True, api_key="k")
     answers: list[Any] = []
     ask = lambda: answers.append(client.chat.completions.create(**DIALECTS[1][2]()))  # noqa: E731
     for let_go in (Hold.release, lambda hold: upstream.reset()):

@@ -22,9 +22,9 @@ import cachekit
 from cachekit.cost import Ledger, MemorySink
 from cachekit.errors import CorruptEntryError
 from cachekit.providers import sse
-from cachekit.stores import MemoryStore, record
+from cachekit.stores import record
 from cachekit.testing import FakeUpstream
-from tests.conftest import SDK, Harness
+from tests.conftest import SDK, Harness, memory_transport
 from tests.requests import openai_chat
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sse"
@@ -257,18 +257,12 @@ def test_usage_is_asked_only_of_providers_that_accept_the_option(
     assert harness.upstream.calls == (1 if asked else 2)
 
 
-def _transport(upstream: Any, **config: Any) -> cachekit.CachingTransport:
-    return cachekit.CachingTransport(
-        upstream, cache=cachekit.CacheConfig(store=MemoryStore(), ledger=False, **config)
-    )
-
-
 def test_the_same_bytes_on_another_endpoint_are_understood_afresh() -> None:
     """The pipeline remembers request bytes per dialect: bytes first seen on /responses must not
     lend their form (stream options) to a Chat request."""
     upstream = FakeUpstream()
     body = {**openai_chat(), "stream": True, "stream_options": {"include_usage": True}}
-    with httpx2.Client(transport=_transport(upstream)) as client:
+    with httpx2.Client(transport=memory_transport(upstream)) as client:
         client.post("https://api.openai.com/v1/responses", json=body)
         for _ in range(2):
             with client.stream("POST", "https://api.openai.com/v1/chat/completions", json=body) as r:

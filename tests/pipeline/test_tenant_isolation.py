@@ -41,6 +41,7 @@ from hypothesis import strategies as st
 import cachekit
 from cachekit.stores import MemoryStore
 from cachekit.testing import FakeUpstream
+from tests.conftest import BASE_URLS, memory_transport, sdk_client
 from tests.fuzzing import fuzz
 from tests.requests import CHAT_URL, anthropic_messages, chat_question, openai_chat
 
@@ -179,7 +180,6 @@ def scopes(*, sdk: bool) -> st.SearchStrategy[Scope]:
 
 # -- requests and the four ways to send them -------------------------------------------------------
 
-BASE_URLS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}
 ENDPOINTS = ["anthropic", "chat", "responses"]
 FLAVORS = ["httpx-sync", "httpx-async", "sdk-sync", "sdk-async"]
 PROMPTS = ["What is the weather in Oslo?", "Say hi.", "Say hi!"]
@@ -199,9 +199,9 @@ def request_body(endpoint: str, prompt: str) -> dict[str, Any]:
 
 _PATHS = {"anthropic": "/v1/messages", "chat": "/chat/completions", "responses": "/responses"}
 _SDK_METHODS = {
-    "anthropic": ("Anthropic", "messages"),
-    "chat": ("OpenAI", "chat.completions"),
-    "responses": ("OpenAI", "responses"),
+    "anthropic": ("anthropic", "messages"),
+    "chat": ("openai", "chat.completions"),
+    "responses": ("openai", "responses"),
 }
 
 
@@ -265,19 +265,13 @@ class World:
     def _send_sdk(
         self, is_async: bool, endpoint: str, scope: Scope, config: cachekit.CacheConfig, body: dict[str, Any]
     ) -> Reply:
-        name, resource = _SDK_METHODS[endpoint]
-        provider = "anthropic" if endpoint == "anthropic" else "openai"
-        http: Any = (
-            httpx2.AsyncClient(transport=self.upstream)
-            if is_async
-            else httpx2.Client(transport=self.upstream)
-        )
-        client = getattr(cachekit, ("Async" if is_async else "") + name)(
+        provider, resource = _SDK_METHODS[endpoint]
+        client = sdk_client(
+            provider,
+            "async" if is_async else "sync",
+            transport=self.upstream,
             api_key=scope.api_key,
-            base_url=BASE_URLS[provider],
-            http_client=http,
             cache=config,
-            max_retries=0,
         )
         target: Any = client
         for part in resource.split("."):
@@ -616,16 +610,10 @@ def test_openai_credential_headers_partition(layer: Layer) -> None:
     assert world.upstream.calls == 2
 
 
-def _transport(upstream: Any, **config: Any) -> cachekit.CachingTransport:
-    return cachekit.CachingTransport(
-        upstream, cache=cachekit.CacheConfig(store=MemoryStore(), ledger=False, **config)
-    )
-
-
 def test_every_credential_header_partitions() -> None:
     """A gateway's fixed x-api-key must not make two users' bearer tokens share entries."""
     upstream = FakeUpstream()
-    with httpx2.Client(transport=_transport(upstream)) as client:
+    with httpx2.Client(transport=memory_transport(upstream)) as client:
         base = {"anthropic-version": "2023-06-01", "x-api-key": "gateway-placeholder"}
         for user in ("alice", "bob"):
             r = client.post(
@@ -641,7 +629,7 @@ def test_configured_credential_headers_partition() -> None:
     """A credential header the configuration names (a gateway's own) partitions like the built-in ones
     (found in review: it failed before its fix)."""
     upstream = FakeUpstream()
-    transport = _transport(upstream, credential_headers=("X-Portkey-Api-Key",))
+    transport = memory_transport(upstream, credential_headers=("X-Portkey-Api-Key",))
     with httpx2.Client(transport=transport) as client:
         outcomes = [
             client.post(

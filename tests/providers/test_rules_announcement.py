@@ -28,7 +28,7 @@ from cachekit.cost import Ledger, MemorySink
 from cachekit.local import LocalBackend, LocalServer, LocalTransport
 from cachekit.shape.tokens import encoding
 from cachekit.testing import FakeUpstream
-from tests.conftest import SDK
+from tests.conftest import SDK, sdk_client
 
 MODEL = "claude-sonnet-4-5"
 GPT = "gpt-4.1-mini"
@@ -83,16 +83,13 @@ def _client(
     config: cachekit.CacheConfig,
 ) -> SDK:
     """cachekit's drop-in for ``kind`` (sync or async) on ``base_url``, through ``transport`` if given."""
-    name = ("Async" if loop is not None else "") + {"anthropic": "Anthropic", "openai": "OpenAI"}[kind]
-    http: Any = None
-    if transport is not None:
-        http = (httpx2.AsyncClient if loop is not None else httpx2.Client)(transport=transport)
-    client = getattr(cachekit, name)(
+    client = sdk_client(
+        kind,
+        "async" if loop is not None else "sync",
+        transport=transport,
         api_key="sk-rules",
         base_url=base_url + ("/v1" if kind == "openai" else ""),
-        http_client=http,
         cache=config,
-        max_retries=0,
         _strict_response_validation=True,
     )
     return SDK(client, loop)
@@ -170,10 +167,10 @@ def test_the_local_backend_is_planned_by_the_rules_it_announces(
 @pytest.mark.parametrize("kind", ["anthropic", "openai"])
 def test_every_answer_of_the_backend_announces_its_rules(kind: str, where: Where) -> None:
     # The plain SDKs: the announcement is the backend's, not cachekit's.
-    sdk_class: Any = {"anthropic": anthropic.Anthropic, "openai": openai.OpenAI}[kind]
-    http = httpx2.Client(transport=where.transport) if where.transport is not None else None
     suffix = "/v1" if kind == "openai" else ""
-    plain = sdk_class(api_key="k", base_url=where.base_url + suffix, http_client=http, max_retries=0)
+    plain = sdk_client(
+        kind, transport=where.transport, plain=True, api_key="k", base_url=where.base_url + suffix
+    )
     expected = kind  # each API billed by its own provider's rules (rules="auto")
     if kind == "anthropic":
         raw = plain.messages.with_raw_response.create(

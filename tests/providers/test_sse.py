@@ -9,13 +9,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import httpx2
-import openai
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +21,7 @@ from hypothesis import strategies as st
 from cachekit._types import Dialect
 from cachekit.providers import sse
 from cachekit.testing import FakeUpstream
+from tests.conftest import sdk_client
 from tests.local.test_answer_shapes import CASES as SHAPE_CASES
 from tests.local.test_answer_shapes import cite_the_web
 from tests.local.test_answer_shapes import request as shape_request
@@ -895,69 +893,51 @@ def test_synthesize_rejects_what_is_not_a_response() -> None:
 MESSAGES: Any = [{"role": "user", "content": "Hi"}]
 
 
-def served(content: bytes, content_type: str) -> Iterator[httpx2.Client]:
+def served(provider: str, content: bytes, content_type: str) -> Any:
+    """The plain SDK of ``provider`` (strict validation on), whose next call gets ``content``."""
     upstream = FakeUpstream()
     upstream.respond_next(200, content, content_type)
-    with httpx2.Client(transport=upstream) as client:
-        yield client
+    return sdk_client(provider, transport=upstream, plain=True, api_key="k", _strict_response_validation=True)
 
 
 def anthropic_final(raw: bytes) -> Any:
-    for http_client in served(raw, "text/event-stream"):
-        client = anthropic.Anthropic(
-            api_key="k", http_client=http_client, max_retries=0, _strict_response_validation=True
-        )
-        with client.messages.stream(model="claude-sonnet-4-5", max_tokens=64, messages=MESSAGES) as stream:
-            return stream.get_final_message()
-    raise AssertionError
+    with (
+        served("anthropic", raw, "text/event-stream") as client,
+        client.messages.stream(model="claude-sonnet-4-5", max_tokens=64, messages=MESSAGES) as stream,
+    ):
+        return stream.get_final_message()
 
 
 def anthropic_plain(body: dict[str, Any]) -> Any:
-    for http_client in served(orjson.dumps(body), "application/json"):
-        client = anthropic.Anthropic(
-            api_key="k", http_client=http_client, max_retries=0, _strict_response_validation=True
-        )
+    with served("anthropic", orjson.dumps(body), "application/json") as client:
         return client.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=MESSAGES)
-    raise AssertionError
 
 
 def chat_final(raw: bytes) -> Any:
-    for http_client in served(raw, "text/event-stream"):
-        client = openai.OpenAI(
-            api_key="k", http_client=http_client, max_retries=0, _strict_response_validation=True
-        )
-        with client.chat.completions.stream(model="gpt-4o", messages=MESSAGES) as stream:
-            return stream.get_final_completion()
-    raise AssertionError
+    with (
+        served("openai", raw, "text/event-stream") as client,
+        client.chat.completions.stream(model="gpt-4o", messages=MESSAGES) as stream,
+    ):
+        return stream.get_final_completion()
 
 
 def chat_plain(body: dict[str, Any]) -> Any:
-    for http_client in served(orjson.dumps(body), "application/json"):
-        client = openai.OpenAI(
-            api_key="k", http_client=http_client, max_retries=0, _strict_response_validation=True
-        )
+    with served("openai", orjson.dumps(body), "application/json") as client:
         return client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
-    raise AssertionError
 
 
 def responses_final(raw: bytes) -> Any:
-    for http_client in served(raw, "text/event-stream"):
-        client = openai.OpenAI(
-            api_key="k", http_client=http_client, max_retries=0, _strict_response_validation=True
-        )
-        with client.responses.stream(model="gpt-4o", input="Hi") as stream:
-            return stream.get_final_response()
-    raise AssertionError
+    with (
+        served("openai", raw, "text/event-stream") as client,
+        client.responses.stream(model="gpt-4o", input="Hi") as stream,
+    ):
+        return stream.get_final_response()
 
 
 def responses_plain(body: dict[str, Any]) -> Any:
-    for http_client in served(orjson.dumps(body), "application/json"):
-        client = openai.OpenAI(
-            api_key="k", http_client=http_client, max_retries=0, _strict_response_validation=True
-        )
+    with served("openai", orjson.dumps(body), "application/json") as client:
         # parse(), like stream(), returns ParsedResponse items (with their "parsed" fields)
         return client.responses.parse(model="gpt-4o", input="Hi")
-    raise AssertionError
 
 
 def anthropic_facts(message: Any) -> dict[str, Any]:

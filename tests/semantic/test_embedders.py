@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx2
 import numpy as np
-import openai
 import pytest
 
 from cachekit.errors import ConfigError, MissingExtraError
@@ -29,6 +28,7 @@ from cachekit.semantic.embedders import (
     SentenceTransformerEmbedder,
     default_embedder,
 )
+from tests.conftest import sdk_client
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_ID = re.compile(r"st:all-MiniLM-L6-v2@[0-9a-f]{12}")
@@ -307,11 +307,12 @@ class FakeEmbeddingsAPI:
 
 
 def _client(api: FakeEmbeddingsAPI) -> Any:
-    return openai.OpenAI(
+    return sdk_client(
+        "openai",
+        transport=httpx2.MockTransport(api),
+        plain=True,
         api_key="sk-test-secret-key",
         base_url="https://api.openai.test/v1",
-        http_client=httpx2.Client(transport=httpx2.MockTransport(api)),
-        max_retries=0,
     )
 
 

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import openai
 import orjson
 import pytest
@@ -30,6 +29,7 @@ from cachekit.shape.markers import rebind
 from cachekit.shape.planner import Planner
 from cachekit.shape.tokens import encoding
 from tests import sdk_shapes
+from tests.conftest import sdk_client
 from tests.fuzzing import fuzz
 
 GUIDE = "https://developers.openai.com/api/docs/guides/prompt-caching"
@@ -48,18 +48,14 @@ class Client:
         self.backend = LocalBackend(ScriptedEngine(encoding("o200k_base")), clock=self.clock)
         transport = LocalTransport(self.backend)
         self.loop = asyncio.new_event_loop() if mode == "async" else None
-        if self.loop is None:
-            self.sdk: Any = openai.OpenAI(
-                api_key="sk-test",
-                base_url="http://local.invalid/v1",
-                http_client=httpx2.Client(transport=transport),
-            )
-        else:
-            self.sdk = openai.AsyncOpenAI(
-                api_key="sk-test",
-                base_url="http://local.invalid/v1",
-                http_client=httpx2.AsyncClient(transport=transport),
-            )
+        self.sdk = sdk_client(
+            "openai",
+            mode,
+            transport=transport,
+            plain=True,
+            api_key="sk-test",
+            base_url="http://local.invalid/v1",
+        )
 
     def chat(self, **kwargs: Any) -> Any:
         return self._run(self.sdk.chat.completions.create(model=MODEL, **kwargs))
@@ -705,28 +701,16 @@ def test_cachekit_plans_gpt_5_6_requests_on_their_way_to_the_api(mode: str) -> N
     # End to end: the cachekit drop-in client (real openai SDK) to the local backend billing GPT-5.6's
     # rules. The second conversation reads the first one's system prefix: only an explicit breakpoint
     # there makes that possible ("exact match at a breakpoint"; the implicit one ends each conversation).
-    import cachekit
     from cachekit.cache import Cache
     from cachekit.config import CacheConfig
 
     clock = ManualClock()
     backend = LocalBackend(ScriptedEngine(encoding("o200k_base")), clock=clock)
     config = CacheConfig(store="memory://", enabled=False, ledger=False, lint="off", breakpoints="auto")
-    transport = LocalTransport(backend)
     loop = asyncio.new_event_loop() if mode == "async" else None
-    options: dict[str, Any] = {
-        "api_key": "sk-test",
-        "base_url": "https://api.openai.com/v1",
-        "max_retries": 0,
-    }
-    if loop is None:
-        sdk: Any = cachekit.OpenAI(
-            http_client=httpx2.Client(transport=transport), cache=Cache(config, clock=clock), **options
-        )
-    else:
-        sdk = cachekit.AsyncOpenAI(
-            http_client=httpx2.AsyncClient(transport=transport), cache=Cache(config, clock=clock), **options
-        )
+    sdk = sdk_client(
+        "openai", mode, transport=LocalTransport(backend), api_key="sk-test", cache=Cache(config, clock=clock)
+    )
 
     def ask(question: str) -> Any:
         call = sdk.chat.completions.with_raw_response.create(
@@ -776,10 +760,12 @@ def test_qwen4_takes_either_breakpoint_field(field: str) -> None:
     # markers remain compatible, used the same way as prompt_cache_breakpoint"; "the cache prefix is at
     # least 1,024 tokens".
     backend = LocalBackend(ScriptedEngine(encoding("o200k_base")), rules="anthropic", clock=ManualClock())
-    sdk = openai.OpenAI(
+    sdk = sdk_client(
+        "openai",
+        transport=LocalTransport(backend),
+        plain=True,
         api_key="sk-test",
         base_url="http://local.invalid/v1",
-        http_client=httpx2.Client(transport=LocalTransport(backend)),
     )
     marker = BREAKPOINT if field == "prompt_cache_breakpoint" else {"type": "ephemeral"}
     system = {"role": "system", "content": [{"type": "text", "text": STABLE, field: marker}]}

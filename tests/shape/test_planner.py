@@ -37,6 +37,7 @@ from cachekit.shape.planner import PlanError, Planner, Recall, add_marker, plan_
 from cachekit.shape.tokens import encoding
 from cachekit.testing import FakeUpstream
 from tests import sdk_shapes
+from tests.conftest import sdk_client
 from tests.fuzzing import fuzz
 
 MODEL = "claude-sonnet-4-5"
@@ -562,12 +563,12 @@ def _anthropic(clock: ManualClock, *, breakpoints: str = "auto") -> Any:
         breakpoints=breakpoints,
         price_as="anthropic",  # type: ignore[arg-type]
     )
-    return cachekit.Anthropic(
+    return sdk_client(
+        "anthropic",
+        transport=LocalTransport(backend),
         api_key="k",
         base_url="http://local.test",
-        http_client=httpx2.Client(transport=LocalTransport(backend)),
         cache=Cache(config, clock=clock),
-        max_retries=0,
     )
 
 
@@ -628,12 +629,12 @@ def test_thirty_tool_messages_at_bailian_still_read_the_earlier_prefix() -> None
     clock = ManualClock()
     backend = LocalBackend(accept_any_model=True, clock=clock, rules="anthropic")  # Bailian on Chat
     config = cachekit.CacheConfig(store="memory://", enabled=False, ledger=False, price_as="bailian")
-    client = cachekit.OpenAI(
+    client = sdk_client(
+        "openai",
+        transport=LocalTransport(backend),
         api_key="k",
         base_url="http://local.test/v1",
-        http_client=httpx2.Client(transport=LocalTransport(backend)),
         cache=Cache(config, clock=clock),
-        max_retries=0,
     )
     # Explicit markers turn Bailian's implicit cache off, so cachekit plans only for callers who
     # already use explicit caching: here, a marker of the caller's on the system prompt.
@@ -701,12 +702,12 @@ def test_a_prefix_that_comes_back_after_six_minutes_gets_a_one_hour_marker() -> 
 
 def test_breakpoints_can_be_turned_off_per_request_and_are_absent_on_hits() -> None:
     config = cachekit.CacheConfig(store="memory://", ledger=False, price_as="anthropic")
-    client = cachekit.Anthropic(
+    client = sdk_client(
+        "anthropic",
+        transport=LocalTransport(LocalBackend()),
         api_key="k",
         base_url="http://local.test",
-        http_client=httpx2.Client(transport=LocalTransport(LocalBackend())),
         cache=config,
-        max_retries=0,
     )
     messages = [{"role": "user", "content": "Which bookings are open?"}]
     usage, header = _send(client, messages)
@@ -736,11 +737,11 @@ def test_the_planner_remembers_writes_only_after_a_2xx(mode: str) -> None:
     import anthropic
 
     upstream = FakeUpstream()
-    client = cachekit.Anthropic(
+    client = sdk_client(
+        "anthropic",
+        transport=upstream,
         api_key="k",
-        http_client=httpx2.Client(transport=upstream),
         cache=cachekit.CacheConfig(store="memory://", ledger=False),
-        max_retries=0,
     )
     memory = cachekit.cache_of(client).pipeline.planner.memory
     headers = {"x-cachekit": "bypass"} if mode == "bypass" else {}
@@ -780,12 +781,8 @@ def test_token_estimates_calibrate_to_what_the_provider_reports() -> None:
     backend = LocalBackend(ScriptedEngine(_ThreeByteTokenizer()))
     config = cachekit.CacheConfig(store="memory://", enabled=False, ledger=False, price_as="anthropic")
     cache = Cache(config)
-    client = cachekit.Anthropic(
-        api_key="k",
-        base_url="http://local.test",
-        http_client=httpx2.Client(transport=LocalTransport(backend)),
-        cache=cache,
-        max_retries=0,
+    client = sdk_client(
+        "anthropic", transport=LocalTransport(backend), api_key="k", base_url="http://local.test", cache=cache
     )
     messages = [{"role": "user", "content": "How many seats are left on flight 7?"}]
     usage, _ = _send(client, messages)
@@ -807,12 +804,12 @@ def _recording_openai(base_url: str, seen: list[dict[str, Any]], **config: Any) 
             seen.append(orjson.loads(request.read()))
             return backend.handle_request(request)
 
-    return cachekit.OpenAI(
+    return sdk_client(
+        "openai",
+        transport=Recording(),
         api_key="k",
         base_url=base_url,
-        http_client=httpx2.Client(transport=Recording()),
         cache=cachekit.CacheConfig(store="memory://", enabled=False, ledger=False, **config),
-        max_retries=0,
     )
 
 
@@ -853,12 +850,12 @@ def test_stable_first_moves_a_volatile_system_block_after_the_stable_ones() -> N
         config = cachekit.CacheConfig(
             store="memory://", enabled=False, ledger=False, price_as="anthropic", stable_first=option
         )
-        client = cachekit.Anthropic(
+        client = sdk_client(
+            "anthropic",
+            transport=LocalTransport(LocalBackend(clock=clock)),
             api_key="k",
             base_url="http://local.test",
-            http_client=httpx2.Client(transport=LocalTransport(LocalBackend(clock=clock))),
             cache=Cache(config, clock=clock),
-            max_retries=0,
         )
         for now in ("2026-12-03 10:00:00", "2026-12-03 10:00:05"):
             usage = client.messages.create(
@@ -897,12 +894,13 @@ async def test_async_clients_plan_the_same_way() -> None:
     clock = ManualClock()
     backend = LocalBackend(clock=clock)
     config = cachekit.CacheConfig(store="memory://", enabled=False, ledger=False, price_as="anthropic")
-    client = cachekit.AsyncAnthropic(
+    client = sdk_client(
+        "anthropic",
+        "async",
+        transport=LocalTransport(backend),
         api_key="k",
         base_url="http://local.test",
-        http_client=httpx2.AsyncClient(transport=LocalTransport(backend)),
         cache=Cache(config, clock=clock),
-        max_retries=0,
     )
     messages = _long_conversation(2)
     first = await client.messages.with_raw_response.create(
@@ -1021,10 +1019,11 @@ def test_lint_raise_answers_with_a_400_the_sdk_does_not_retry() -> None:
         store="memory://", ledger=False, price_as="anthropic", lint="raise", on_lint=seen.append
     )
     backend = LocalBackend()
-    client = cachekit.Anthropic(
+    client = sdk_client(
+        "anthropic",
+        transport=LocalTransport(backend),
         api_key="k",
         base_url="http://local.test",
-        http_client=httpx2.Client(transport=LocalTransport(backend)),
         cache=config,
     )
     with pytest.raises(anthropic.BadRequestError, match="timestamp at system"):

@@ -18,10 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx2
 import pytest
 
-import cachekit
 from cachekit.cache import Cache
 from cachekit.config import CacheConfig
 from cachekit.errors import ConfigError, StoreUnavailableError
@@ -30,6 +28,7 @@ from cachekit.stores.base import Store
 from cachekit.stores.memory import MemoryStore
 from cachekit.stores.redis import RedisStore
 from cachekit.stores.sqlite import SQLiteStore
+from tests.conftest import sdk_client
 from tests.redis_servers import RedisServer, redis7_server
 
 #: The session's Redis 7 server, imported as a fixture (named here so linters see it used).
@@ -94,12 +93,12 @@ def _client(provider: Provider, store: Store | None = None, *, api_key: str = "k
         ),
         clock=provider.clock,
     )
-    return cachekit.Anthropic(
+    return sdk_client(
+        "anthropic",
+        transport=LocalTransport(provider.backend),
         api_key=api_key,
         base_url="http://provider.invalid",
-        http_client=httpx2.Client(transport=LocalTransport(provider.backend)),
         cache=cache,
-        max_retries=0,
     )
 
 
@@ -184,15 +183,16 @@ def test_async_clients_learn_and_read_the_same_statistics(provider: Provider) ->
     async def run() -> str:
         results = []
         for process in range(2):
-            client = cachekit.AsyncAnthropic(
+            client = sdk_client(
+                "anthropic",
+                "async",
+                transport=LocalTransport(provider.backend),
                 api_key="key-a",
                 base_url="http://provider.invalid",
-                http_client=httpx2.AsyncClient(transport=LocalTransport(provider.backend)),
                 cache=Cache(
                     CacheConfig(store=store, ledger=False, lint="off", price_as="anthropic"),
                     clock=provider.clock,
                 ),
-                max_retries=0,
             )
             names = ["alpha", "beta"] if process == 0 else ["gamma"]
             turns = 4 if process == 0 else 1
