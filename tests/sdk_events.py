@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from anthropic.types import Message
 from pydantic import BaseModel
 
 from cachekit._types import Dialect
@@ -56,6 +57,13 @@ class Read:
 
     events: list[Any]
     final: Any
+
+
+def first_text(message: Message) -> str:
+    """The text of an Anthropic answer whose first block must be text."""
+    block = message.content[0]
+    assert block.type == "text", block.type
+    return block.text
 
 
 def _client(provider: str, raw: bytes) -> Any:

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -298,6 +299,7 @@ def test_a_generation_is_replayed_only_for_the_same_rendered_prompt() -> None:
         assert (shared.generated, shared.replayed) == (3, 1)
         # An answer abandoned before its end is not kept.
         partial = iter(shared.generate(Prompt(model=engine.name, turns=(Turn("user", "Hello"),))))
+        assert isinstance(partial, Generator)
         next(partial)
         partial.close()
         list(shared.generate(Prompt(model=engine.name, turns=(Turn("user", "Hello"),))))
@@ -352,7 +354,7 @@ def test_the_legend_is_off_the_bars(provider: str) -> None:
     figure = chart_figure(result, "a model")
     figure.canvas.draw()
     renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
-    legends = [*figure.legends, *(ax.get_legend() for ax in figure.axes if ax.get_legend() is not None)]
+    legends = [*figure.legends, *(legend for ax in figure.axes if (legend := ax.get_legend()) is not None)]
     assert legends
     for legend in legends:
         box = legend.get_window_extent(renderer)

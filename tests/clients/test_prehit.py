@@ -259,7 +259,7 @@ def test_arguments_mutated_after_a_call_are_never_replayed(
 ) -> None:
     sdk = harness.sdk("openai")
     body = openai_chat()
-    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    schema: dict[str, Any] = {"type": "object", "properties": {"a": {"type": "string"}}}
     body["response_format"] = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
     original = copy.deepcopy(body)
     sdk.call(CHAT, **body)
@@ -279,7 +279,7 @@ def test_anthropic_messages_create_still_runs_each_call(harness: Harness) -> Non
     """Anthropic's create transforms nothing and warns about deprecated models on every call: it is
     not memoized, so the warning is not lost on a hit."""
     sdk = harness.sdk("anthropic")
-    deprecated = next(iter(anthropic.resources.messages.messages.DEPRECATED_MODELS))
+    deprecated = next(iter(vars(anthropic.resources.messages.messages)["DEPRECATED_MODELS"]))
     body = {**anthropic_messages(), "model": deprecated}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -295,7 +295,11 @@ def test_the_memo_is_bounded() -> None:
     sdk = sdk_client("openai", transport=httpx2.MockTransport(_ok), plain=True, api_key="sk")
     memo = RequestMemo(max_entries=2, max_bytes=1 << 20)
     fingerprint = memo.fingerprint(sdk)
-    keys = [memo.key("m", (), {"n": i}) for i in range(3)]
+    keys = []
+    for i in range(3):
+        key = memo.key("m", (), {"n": i})
+        assert key is not None
+        keys.append(key)
     for key in keys:
         with memo.learning(key, fingerprint):
             record_post(sdk, "/p", (), {"body": {"n": 1}, "cast_to": object})

@@ -92,6 +92,7 @@ def trace(n: int = 400, seed: int = 7) -> list[tuple[str, str, str, dict[str, An
     for i in range(n):
         kind = rng.choice(["anthropic", "openai", "responses", "unknown", "bad"])
         read = rng.choice([0, 0, 1024, 4096])
+        body: dict[str, Any]
         if kind == "anthropic":
             body = {
                 "usage": {

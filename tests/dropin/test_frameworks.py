@@ -78,7 +78,15 @@ def _cache(provider: str) -> tuple[cachekit.Cache, MemorySink]:
 def _langchain_anthropic(url: str, cache: cachekit.Cache, clients: list[Any]) -> Any:
     from langchain_anthropic import ChatAnthropic
 
-    llm = ChatAnthropic(model=ANTHROPIC_MODEL, base_url=url, api_key="sk-test", max_tokens=64, max_retries=0)
+    # The keywords langchain documents are pydantic aliases (model, max_tokens) of fields typed
+    # otherwise (api_key: SecretStr, from a str): mypy without pydantic's plugin sees neither.
+    llm = ChatAnthropic(  # type: ignore[call-arg]
+        model=ANTHROPIC_MODEL,
+        base_url=url,
+        api_key="sk-test",  # type: ignore[arg-type]
+        max_tokens=64,
+        max_retries=0,
+    )
     # ChatAnthropic takes no http_client: wrap the SDK clients it builds (both share one cache).
     cachekit.wrap(llm._client, cache)
     cachekit.wrap(llm._async_client, cache)
@@ -92,7 +100,7 @@ def _langchain_openai(url: str, cache: cachekit.Cache, clients: list[Any]) -> An
     llm = ChatOpenAI(
         model=OPENAI_MODEL,
         base_url=url + "/v1",
-        api_key="sk-test",
+        api_key="sk-test",  # type: ignore[arg-type]  # a pydantic SecretStr field, made from a str
         max_retries=0,
         stream_usage=True,  # OpenAI reports a stream's usage only when asked (stream_options)
         http_client=httpx2.Client(transport=cachekit.CachingTransport(cache=cache)),
@@ -250,8 +258,12 @@ def _check(
     if setup.provider == "anthropic":
         # The framework sends no cache_control: the backend billed a cache write on the first call and
         # a read of the shared system prompt on the second only because cachekit placed the markers.
-        assert upstream[0].usage.cache_write_5m + upstream[0].usage.cache_write_1h > 0
-        assert upstream[1].usage.cache_read > 0
+        written, read = upstream[0].usage, upstream[1].usage
+        assert written.cache_write_5m is not None
+        assert written.cache_write_1h is not None
+        assert written.cache_write_5m + written.cache_write_1h > 0
+        assert read.cache_read is not None
+        assert read.cache_read > 0
 
 
 def test_llama_index_anthropic_is_wrapped_but_breaks_on_the_current_sdk(server: LocalServer) -> None:

@@ -39,6 +39,11 @@ def test_a_second_wrap_with_another_cache_is_an_error_not_ignored() -> None:
 # -- the local backend answers bad input as the providers do ---------------------------------------
 
 
+def body_of(caught: pytest.ExceptionInfo[Any]) -> Any:
+    """The JSON body of the error a call raised."""
+    return caught.value.body
+
+
 @pytest.fixture
 def local() -> Iterator[Any]:
     from cachekit.testing import LocalAPI
@@ -50,13 +55,13 @@ def local() -> Iterator[Any]:
 def test_messages_given_as_a_string_get_each_providers_error(local: Any) -> None:
     with pytest.raises(anthropic.BadRequestError) as refused:
         local.anthropic(cache=False).messages.create(model="claude-sonnet-4-5", max_tokens=8, messages="hi")
-    assert refused.value.body["error"] == {
+    assert body_of(refused)["error"] == {
         "type": "invalid_request_error",
         "message": "messages: Input should be a valid list",
     }
     with pytest.raises(openai.BadRequestError) as rejected:
         local.openai(cache=False).chat.completions.create(model="gpt-4.1-mini", messages="hi")
-    assert rejected.value.body == {
+    assert body_of(rejected) == {
         "message": "Invalid type for 'messages': expected an array of objects, but got a string instead.",
         "type": "invalid_request_error",
         "param": "messages",
@@ -70,19 +75,19 @@ def test_a_non_numeric_temperature_gets_each_providers_error(local: Any) -> None
         local.anthropic(cache=False).messages.create(
             model="claude-sonnet-4-5", max_tokens=8, messages=question, extra_body={"temperature": "warm"}
         )
-    assert refused.value.body["error"]["message"] == (
+    assert body_of(refused)["error"]["message"] == (
         "temperature: Input should be a valid number, unable to parse string as a number"
     )
     client = local.openai(cache=False)
     with pytest.raises(openai.BadRequestError) as rejected:
         client.chat.completions.create(model="gpt-4.1-mini", messages=question, temperature="warm")
-    assert rejected.value.body["message"] == (
+    assert body_of(rejected)["message"] == (
         "Invalid type for 'temperature': expected a decimal, but got a string instead."
     )
     assert rejected.value.code == "invalid_type"
     with pytest.raises(openai.BadRequestError) as responses:
         client.responses.create(model="gpt-4.1-mini", input="hi", top_p=[1])
-    assert responses.value.body["message"] == (
+    assert body_of(responses)["message"] == (
         "Invalid type for 'top_p': expected a decimal, but got an array instead."
     )
 

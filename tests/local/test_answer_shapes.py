@@ -49,7 +49,11 @@ from tests.sdk_events import read_typed, untyped
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TIME = {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}
 CITE = "Cite the forecast for"
-KINDS = {"anthropic_messages": "anthropic", "openai_chat": "chat", "openai_responses": "responses"}
+KINDS: dict[Dialect, str] = {
+    "anthropic_messages": "anthropic",
+    "openai_chat": "chat",
+    "openai_responses": "responses",
+}
 PATHS = {
     "anthropic_messages": "/v1/messages",
     "openai_chat": "/v1/chat/completions",
@@ -674,10 +678,10 @@ def test_streams_send_blocks_in_the_providers_event_order(backend: LocalBackend)
     chunks = [data for _, data in _events(backend, "openai_chat", request("openai_chat", "tools", "Paris"))][
         :-1
     ]
-    deltas = [chunk["choices"][0]["delta"] for chunk in chunks]
-    assert (deltas[0]["content"], "tool_calls" in deltas[0]) == ("", False)
-    first_call = next(i for i, delta in enumerate(deltas) if "tool_calls" in delta)
-    assert all("content" in delta for delta in deltas[1:first_call])
+    chat_deltas = [chunk["choices"][0]["delta"] for chunk in chunks]
+    assert (chat_deltas[0]["content"], "tool_calls" in chat_deltas[0]) == ("", False)
+    first_chat_call = next(i for i, delta in enumerate(chat_deltas) if "tool_calls" in delta)
+    assert all("content" in delta for delta in chat_deltas[1:first_chat_call])
     chunks = [
         data for _, data in _events(backend, "openai_chat", request("openai_chat", "web_citations", "Paris"))
     ][:-1]

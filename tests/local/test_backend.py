@@ -21,10 +21,13 @@ import openai
 import orjson
 import pytest
 import tiktoken
+from anthropic.types import TextBlockParam
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from cachekit.local import LocalBackend, LocalServer, LocalTransport, ManualClock, ScriptedEngine
 from cachekit.shape.tokens import encoding
 from tests.conftest import sdk_client
+from tests.sdk_events import first_text
 
 MODEL = "claude-sonnet-4-5"
 GPT = "gpt-4.1-mini"
@@ -90,6 +93,21 @@ def async_gpt(where: dict[str, Any], *, key: str = "k1") -> openai.AsyncOpenAI:
     return _sdk("openai", "async", where, key, "/v1")
 
 
+def error_of(caught: pytest.ExceptionInfo[anthropic.APIStatusError]) -> Any:
+    """The ``error`` object of the body of a refused call."""
+    body: Any = caught.value.body
+    return body["error"]
+
+
+def cached_tokens(completion: ChatCompletion) -> int:
+    """The prompt tokens a Chat completion read from the provider's cache."""
+    assert completion.usage is not None
+    assert completion.usage.prompt_tokens_details is not None
+    cached = completion.usage.prompt_tokens_details.cached_tokens
+    assert cached is not None
+    return cached
+
+
 def ask(text: str, **extra: Any) -> dict[str, Any]:
     return {"model": MODEL, "max_tokens": 64, "messages": [{"role": "user", "content": text}], **extra}
 
@@ -103,9 +121,8 @@ def test_anthropic_sync_plain_and_stream(where: dict[str, Any]) -> None:
         message = client.messages.create(**ask("What is 2+2?"))
         with client.messages.stream(**ask("What is 2+2?")) as stream:
             streamed = stream.get_final_message()
-    assert message.content[0].type == "text"
-    assert "What is 2+2?" in message.content[0].text
-    assert streamed.content[0].text == message.content[0].text  # deterministic engine
+    assert "What is 2+2?" in first_text(message)
+    assert first_text(streamed) == first_text(message)  # deterministic engine
     assert message.stop_reason == streamed.stop_reason == "end_turn"
     assert message.usage.output_tokens == streamed.usage.output_tokens > 0
     assert message.usage.input_tokens == streamed.usage.input_tokens > 0
@@ -123,7 +140,7 @@ async def test_anthropic_async_plain_and_stream(where: dict[str, Any]) -> None:
     text = "".join(
         e.delta.text for e in events if e.type == "content_block_delta" and e.delta.type == "text_delta"
     )
-    assert text == message.content[0].text
+    assert text == first_text(message)
 
 
 def test_openai_chat_sync_plain_and_stream(where: dict[str, Any]) -> None:
@@ -143,6 +160,7 @@ def test_openai_chat_sync_plain_and_stream(where: dict[str, Any]) -> None:
     assert text == completion.choices[0].message.content
     assert completion.choices[0].finish_reason == "stop"
     assert chunks[-1].usage is not None
+    assert completion.usage is not None
     assert chunks[-1].usage.prompt_tokens == completion.usage.prompt_tokens
 
 
@@ -184,14 +202,19 @@ async def test_openai_responses_async_plain_and_stream(where: dict[str, Any]) ->
 
 
 def test_tool_calls_in_every_dialect(where: dict[str, Any]) -> None:
-    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    schema: dict[str, object] = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    }
     with claude(where) as client:
         message = client.messages.create(
             **ask("Weather in Oslo?"), tools=[{"name": "get_weather", "input_schema": schema}]
         )
     assert message.stop_reason == "tool_use"
-    assert message.content[0].type == "tool_use"
-    assert set(message.content[0].input) == {"city"}
+    call = message.content[0]
+    assert call.type == "tool_use"
+    assert set(call.input) == {"city"}
     with gpt(where) as client:
         completion = client.chat.completions.create(
             model=GPT,
@@ -204,9 +227,13 @@ def test_tool_calls_in_every_dialect(where: dict[str, Any]) -> None:
             tools=[{"type": "function", "name": "get_weather", "parameters": schema, "strict": False}],
         )
     assert completion.choices[0].finish_reason == "tool_calls"
-    assert completion.choices[0].message.tool_calls[0].function.name == "get_weather"
-    assert response.output[0].type == "function_call"
-    assert response.output[0].name == "get_weather"
+    tool_calls = completion.choices[0].message.tool_calls
+    assert tool_calls is not None
+    assert tool_calls[0].type == "function"
+    assert tool_calls[0].function.name == "get_weather"
+    item = response.output[0]
+    assert item.type == "function_call"
+    assert item.name == "get_weather"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,7 +241,7 @@ def test_tool_calls_in_every_dialect(where: dict[str, Any]) -> None:
 
 
 def test_anthropic_breakpoint_write_then_read(where: dict[str, Any], o200k: Any) -> None:
-    system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    system: list[TextBlockParam] = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     n_system, n_user = count(o200k, SYSTEM), count(o200k, "First question")
     assert n_system > 2048  # above every Claude model's minimum cacheable length
     with claude(where, key="breakpoints") as client:
@@ -232,26 +259,30 @@ def test_anthropic_breakpoint_write_then_read(where: dict[str, Any], o200k: Any)
 
 
 def test_caches_never_cross_api_keys(where: dict[str, Any]) -> None:
-    system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    system: list[TextBlockParam] = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     with claude(where, key="tenant-a") as a, claude(where, key="tenant-b") as b:
         a.messages.create(**ask("Q"), system=system)
         other = b.messages.create(**ask("Q"), system=system)
         again = a.messages.create(**ask("Q"), system=system)
     assert other.usage.cache_read_input_tokens == 0
-    assert other.usage.cache_creation_input_tokens > 0
-    assert again.usage.cache_read_input_tokens > 0
+    assert (other.usage.cache_creation_input_tokens or 0) > 0
+    assert (again.usage.cache_read_input_tokens or 0) > 0
 
 
 def test_openai_automatic_caching_in_128_token_steps(where: dict[str, Any], o200k: Any) -> None:
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What now?"}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "What now?"},
+    ]
     total = count(o200k, SYSTEM) + count(o200k, "What now?")
     with gpt(where, key="automatic") as client:
         first = client.chat.completions.create(model=GPT, messages=messages)
         second = client.chat.completions.create(model=GPT, messages=messages)
         changed = client.responses.create(model=GPT, instructions="New rules. " + SYSTEM, input="Another")
+    assert first.usage is not None
     assert first.usage.prompt_tokens == total
-    assert first.usage.prompt_tokens_details.cached_tokens == 0
-    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached_tokens(first) == 0
+    cached = cached_tokens(second)
     assert cached == total - total % 128
     assert cached >= 1024
     assert changed.usage is not None
@@ -261,7 +292,7 @@ def test_openai_automatic_caching_in_128_token_steps(where: dict[str, Any], o200
 def test_ttl_expiry_on_a_driven_clock(o200k: Any) -> None:
     clock = ManualClock()
     transport = LocalTransport(LocalBackend(clock=clock))
-    system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    system: list[TextBlockParam] = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     with claude({"base_url": "http://local.test", "transport": transport}) as client:
         client.messages.create(**ask("Q"), system=system)
         clock.advance(299)
@@ -272,7 +303,7 @@ def test_ttl_expiry_on_a_driven_clock(o200k: Any) -> None:
         cold = client.messages.create(**ask("Q"), system=system)
     assert warm.usage.cache_read_input_tokens == still.usage.cache_read_input_tokens == count(o200k, SYSTEM)
     assert cold.usage.cache_read_input_tokens == 0
-    assert cold.usage.cache_creation_input_tokens > 0
+    assert (cold.usage.cache_creation_input_tokens or 0) > 0
 
 
 def test_count_tokens_endpoint(where: dict[str, Any], o200k: Any) -> None:
@@ -288,7 +319,9 @@ def test_count_tokens_endpoint(where: dict[str, Any], o200k: Any) -> None:
 
 
 def test_errors_have_the_providers_shapes(where: dict[str, Any]) -> None:
-    five = [{"type": "text", "text": f"block {i}", "cache_control": {"type": "ephemeral"}} for i in range(5)]
+    five: list[TextBlockParam] = [
+        {"type": "text", "text": f"block {i}", "cache_control": {"type": "ephemeral"}} for i in range(5)
+    ]
     with claude(where) as client:
         with pytest.raises(anthropic.NotFoundError) as unknown:
             client.messages.create(**{**ask("Hi"), "model": "claude-nonexistent-9"})
@@ -297,17 +330,17 @@ def test_errors_have_the_providers_shapes(where: dict[str, Any]) -> None:
         with pytest.raises(anthropic.BadRequestError) as empty:
             client.messages.create(model=MODEL, max_tokens=10, messages=[])
         assert client.messages.create(**ask("Still there?")).content[0].type == "text"
-    assert unknown.value.body["error"] == {
+    assert error_of(unknown) == {
         "type": "not_found_error",
         "message": "model: claude-nonexistent-9",
     }
-    assert breakpoints.value.body["error"]["type"] == "invalid_request_error"
+    assert error_of(breakpoints)["type"] == "invalid_request_error"
     assert (
         "A maximum of 4 blocks with cache_control may be provided. Found 5."
-        in breakpoints.value.body["error"]["message"]
+        in error_of(breakpoints)["message"]
     )
     assert empty.value.status_code == 400
-    assert "at least one message" in empty.value.body["error"]["message"]
+    assert "at least one message" in error_of(empty)["message"]
     with gpt(where) as client:
         with pytest.raises(openai.NotFoundError) as missing:
             client.chat.completions.create(
@@ -346,7 +379,7 @@ def test_prompt_longer_than_the_context_window(o200k: Any) -> None:
     with gpt(where) as client, pytest.raises(openai.BadRequestError) as chat_too_long:
         client.chat.completions.create(model=GPT, messages=[{"role": "user", "content": SYSTEM}])
     n = count(o200k, SYSTEM)
-    assert too_long.value.body["error"]["message"] == f"prompt is too long: {n} tokens > 100 maximum"
+    assert error_of(too_long)["message"] == f"prompt is too long: {n} tokens > 100 maximum"
     assert chat_too_long.value.code == "context_length_exceeded"
     assert backend.stats.errors == 2
 
@@ -404,8 +437,7 @@ def test_cachekit_serve_command() -> None:
         # The banner comes once the socket listens: a connection made now waits in its backlog.
         with anthropic.Anthropic(api_key="k", base_url=f"http://127.0.0.1:{port}", max_retries=0) as client:
             message = client.messages.create(**ask("Served?"))
-        assert message.content[0].type == "text"
-        assert "Served?" in message.content[0].text
+        assert "Served?" in first_text(message)
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -457,14 +489,19 @@ def test_malformed_anthropic_content_is_a_400(where: dict[str, Any], content: An
 
 def test_schemas_cannot_blow_up_the_scripted_answer(where: dict[str, Any]) -> None:
     nested = {"type": "array", "minItems": 10**7, "items": {"type": "array", "minItems": 10**7, "items": {}}}
-    schema = {"type": "object", "properties": {"rows": nested, "n": {"type": "integer", "minimum": "3"}}}
+    schema: dict[str, object] = {
+        "type": "object",
+        "properties": {"rows": nested, "n": {"type": "integer", "minimum": "3"}},
+    }
     with claude(where) as client:
         message = client.messages.create(
             **ask("Fill the table"),
             tools=[{"name": "fill", "input_schema": schema}],
             tool_choice={"type": "any"},
         )
-    arguments = message.content[0].input  # type: ignore[union-attr]
+    call = message.content[0]
+    assert call.type == "tool_use"
+    arguments: Any = call.input
     assert len(arguments["rows"]) <= 8
     assert all(len(row) <= 8 for row in arguments["rows"])
     assert arguments["n"] == 1  # a malformed minimum is ignored, not trusted
@@ -495,7 +532,7 @@ def test_chunked_request_bodies_and_keep_alive(server: LocalServer) -> None:
 def test_string_shorthand_and_block_lists_share_the_anthropic_cache(
     where: dict[str, Any], o200k: Any
 ) -> None:
-    marked = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    marked: list[TextBlockParam] = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     with claude(where, key="shorthand") as client:
         client.messages.create(**ask("Q"), system=marked)
         # The same system text as a plain string, marked on the last message instead.
@@ -514,7 +551,7 @@ def test_string_shorthand_and_block_lists_share_the_anthropic_cache(
 
 
 def test_max_tokens_zero_prewarms_the_cache(where: dict[str, Any], o200k: Any) -> None:
-    system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    system: list[TextBlockParam] = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     with claude(where, key="prewarm") as client:
         warm = client.messages.create(
             model=MODEL, max_tokens=0, system=system, messages=[{"role": "user", "content": "Q"}]
@@ -535,7 +572,7 @@ def test_openai_prefixes_include_roles(where: dict[str, Any]) -> None:
         other = client.chat.completions.create(
             model=GPT, messages=[{"role": "user", "content": SYSTEM}, {"role": "user", "content": "x"}]
         )
-    assert other.usage.prompt_tokens_details.cached_tokens == 0
+    assert cached_tokens(other) == 0
 
 
 def test_tiktoken_files_never_come_from_the_network(tmp_path: Any) -> None:
@@ -584,14 +621,15 @@ def test_transformers_engine_over_http(tiny_server: tuple[LocalServer, Any]) -> 
         warm = client.messages.create(
             model=MODEL, max_tokens=0, system=system, messages=[{"role": "user", "content": "Hi"}]
         )
-    assert streamed.content[0].text == plain.content[0].text  # greedy: the same tokens either way
+    assert first_text(streamed) == first_text(plain)  # greedy: the same tokens either way
     assert plain.usage.output_tokens == streamed.usage.output_tokens > 0
     assert reused >= 16 * (engine.last_run.prompt_tokens // 16 - 1)  # the second request reused the prefix
     assert warm.usage.output_tokens == 0
-    assert warm.content[0].text == ""
+    assert first_text(warm) == ""
     with gpt({"base_url": server.url}, key="tiny") as client:
         completion = client.chat.completions.create(
             model=GPT, max_tokens=5, messages=[{"role": "user", "content": "Hi"}]
         )
     assert completion.choices[0].finish_reason in ("length", "stop")
+    assert completion.usage is not None
     assert completion.usage.completion_tokens <= 5

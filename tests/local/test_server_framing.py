@@ -23,9 +23,11 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import pytest
+import tiktoken  # noqa: F401 - LocalBackend() below counts with it: without it, the module skips
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -329,7 +331,7 @@ def check(server: LocalServer, wires: list[Wire]) -> None:
     assert server.peak_body_read <= CAP
 
 
-_SETTINGS = {
+_SETTINGS: dict[str, Any] = {
     "deadline": None,
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 }

@@ -555,7 +555,7 @@ def test_smollm2_answers_and_ends_at_eos(shared_engines: dict[tuple[str, str], T
 
 
 @settings(max_examples=60, deadline=None)
-@given(text=st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40))
+@given(text=st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40))
 def test_streamed_pieces_never_split_a_character(
     shared_engines: dict[tuple[str, str], TransformersEngine], text: str
 ) -> None:
@@ -643,6 +643,7 @@ def test_the_chat_rendering_carries_system_tools_calls_and_results(
     assert text.endswith("<|im_start|>assistant\n")
     # The caller's "<|im_end|>" is text, not the control token that ends a turn.
     im_end = engine.hf_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert isinstance(im_end, int)
     assert engine.encode_prompt(prompt).count(im_end) == 5  # one per rendered turn
 
 

@@ -79,6 +79,7 @@ def test_openai_automatic_reads_reach_the_ledger(o200k: Any) -> None:
     n_system = len(o200k.encode(SYSTEM))
     assert first.usage.cache_read == 0
     assert second.usage.cache_read == n_system - n_system % 128
+    assert second.usage.uncached_input is not None
     assert second.usage.cache_read + second.usage.uncached_input == n_system + len(o200k.encode("Two?"))
     assert backend.stats.cache_read_tokens == second.usage.cache_read
 

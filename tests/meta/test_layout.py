@@ -7,6 +7,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import cachekit
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -35,6 +37,15 @@ def test_the_tests_mirror_the_package() -> None:
 def test_no_module_of_regressions() -> None:
     named = [p.relative_to(TESTS).as_posix() for p in TESTS.rglob("test_*.py")]
     assert [n for n in named if re.search(r"regression|issue_?\d", n)] == []
+
+
+def test_mypy_checks_every_test_body() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    mypy = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert {"cachekit", "tests"} <= set(mypy["files"])
+    assert mypy["strict"] is True  # cachekit's own code
+    (tests,) = [o for o in mypy["overrides"] if "tests.*" in o["module"]]
+    assert tests["check_untyped_defs"] is True
 
 
 def _hand_built_clients(source: str) -> list[int]:

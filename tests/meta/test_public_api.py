@@ -112,7 +112,7 @@ def test_missing_sdk_names_the_extra() -> None:
 
 def test_unknown_attribute_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        _ = cachekit.Nope  # type: ignore[attr-defined]
+        _ = cachekit.Nope
 
 
 def test_cli_demo_runs_offline() -> None:

@@ -327,7 +327,7 @@ _valid_controls = st.fixed_dictionaries(
         "x-cachekit-namespace": _printable,
     },
 )
-control_headers = st.one_of(st.just({}), _valid_controls, _random_controls)
+control_headers: st.SearchStrategy[dict[str, str]] = st.one_of(st.just({}), _valid_controls, _random_controls)
 
 STATUSES = [200, 201, 400, 401, 404, 429, 500, 529]
 ANSWER_TYPES = [

@@ -30,6 +30,7 @@ from openai.resources.chat.completions import Completions
 from openai.resources.responses import Responses
 
 import cachekit
+from cachekit._types import Dialect
 from cachekit.providers import server_state
 from cachekit.semantic import SemanticConfig
 from cachekit.semantic.partition import SemanticRequest, split_request
@@ -66,7 +67,7 @@ class Api:
     provider: str
     resource: str  # attribute path on the client, e.g. "chat.completions"
     method: Callable[..., Any]  # the SDK's unbound method, for its signature
-    dialect: str
+    dialect: Dialect
     base: Callable[[], dict[str, Any]]
 
     def parameters(self) -> list[str]:
@@ -288,7 +289,7 @@ def world() -> Iterator[World]:
 
 def partition(api: Api, body: dict[str, Any]) -> SemanticRequest | str:
     return split_request(
-        api.dialect,  # type: ignore[arg-type]
+        api.dialect,
         body,
         scope=("namespace", "tenant"),
         options=CanonicalOptions(),

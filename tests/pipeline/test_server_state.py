@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,7 @@ def _concurrently(sdk: SDK, *calls: Any) -> list[Any]:
         async def gather() -> list[Any]:
             return list(await asyncio.gather(*(call() for call in calls)))
 
-        return sdk.run(gather())  # type: ignore[no-any-return]
+        return sdk.run(gather())
     results: list[Any] = [None] * len(calls)
     errors: list[BaseException] = []
 
@@ -274,7 +275,7 @@ BYPASSED_BODIES = [
     ),
 ]
 
-_BODIES = {
+_BODIES: dict[str, Callable[[], dict[str, Any]]] = {
     "responses.create": lambda: {"model": "gpt-4.1-mini", "input": "What is new in Paris?"},
     "chat.completions.create": lambda: {
         "model": "gpt-4.1-mini",

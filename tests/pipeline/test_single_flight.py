@@ -91,7 +91,7 @@ class Watch:
         # Before the fix a wait answered True/False; a refused one ("own") never blocks.
         if not blocking and result in (False, "timeout"):
             self.blocked.append(timeout)
-        return result  # type: ignore[no-any-return]
+        return result
 
     def done(self) -> None:
         """One caller has its result (or its exception)."""
@@ -111,7 +111,7 @@ class Watch:
 
 
 def _create(client: Any, method: str) -> Callable[..., Any]:
-    return operator.attrgetter(method)(client)  # type: ignore[no-any-return]
+    return operator.attrgetter(method)(client)
 
 
 # -- item 7: a caller never waits on its own open stream, nor on a stalled one ----------------------

@@ -11,6 +11,7 @@ import httpx2
 import orjson
 import pytest
 
+from cachekit._types import Dialect
 from cachekit.config import CacheConfig
 from cachekit.context import CallPolicy
 from cachekit.cost.ledger import Ledger, MemorySink
@@ -245,7 +246,7 @@ def test_shaping_serializes_the_body_once(monkeypatch: pytest.MonkeyPatch) -> No
     dumps = canonical.dumps
     calls: list[object] = []
 
-    def counting(body: Any, dialect: str) -> bytes:
+    def counting(body: Any, dialect: Dialect) -> bytes:
         calls.append(body)
         return dumps(body, dialect)
 

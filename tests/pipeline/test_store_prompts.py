@@ -86,7 +86,7 @@ def collect(sdk: Any, stream: Any) -> list[Any]:
     async def gather() -> list[Any]:
         return [event async for event in stream]
 
-    return sdk.run(gather())  # type: ignore[no-any-return]
+    return sdk.run(gather())
 
 
 def test_a_cached_answer_whose_echo_cannot_be_restored_goes_upstream() -> None:

@@ -455,7 +455,7 @@ CASES = {
 # it (issue 15, item 11). With a configured tenant it narrows that tenant's partition, for every key.
 for _way in ("header", "policy"):
     for _trust in (False, True):
-        _tenant = {f"{_way}_tenant": "acme", "trust": _trust}
+        _tenant: dict[str, Any] = {f"{_way}_tenant": "acme", "trust": _trust}
         CASES[f"same {'trusted ' * _trust}{_way} tenant, different keys"] = (
             Scope(A, **_tenant),
             Scope(B, **_tenant),

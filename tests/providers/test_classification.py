@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typing_extensions
 from anthropic.types import message_count_tokens_params as anthropic_count
 from anthropic.types import message_create_params as anthropic_create
 from anthropic.types.beta import message_count_tokens_params as beta_count
@@ -136,7 +137,7 @@ class Lens(typing.TypedDict, total=False):
 
 
 class ShinyBlock(typing.TypedDict, total=False):
-    type: typing.Required[typing.Literal["shiny"]]
+    type: typing_extensions.Required[typing.Literal["shiny"]]  # typing.Required is Python 3.11's
     lens: Lens
 
 
@@ -194,7 +195,7 @@ def _body_at(path: str, value: Any) -> dict[str, Any]:
         if isinstance(node, dict) and kind and "type" not in node:
             node = {**node, "type": kind.removesuffix(">")}
         node = {name: node}
-    return node  # type: ignore[no-any-return]
+    return node
 
 
 #: For rows with a condition: a value at the path that meets it (the others are met by any value).

@@ -172,6 +172,7 @@ def test_every_answer_of_the_backend_announces_its_rules(kind: str, where: Where
         kind, transport=where.transport, plain=True, api_key="k", base_url=where.base_url + suffix
     )
     expected = kind  # each API billed by its own provider's rules (rules="auto")
+    refused: pytest.ExceptionInfo[anthropic.NotFoundError] | pytest.ExceptionInfo[openai.NotFoundError]
     if kind == "anthropic":
         raw = plain.messages.with_raw_response.create(
             model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "Hi"}]

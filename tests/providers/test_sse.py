@@ -1076,8 +1076,8 @@ def test_restream_chat_drops_the_usage_chunk_without_include_usage(name: str) ->
     assert len(kept) == len(decode([raw])) - 1
     assert kept[-1].data == "[DONE]"
     assert record("openai_chat", replay) == replay
-    expected = {k: v for k, v in sse.assemble("openai_chat", raw).items() if k != "usage"}
-    assert sse.assemble("openai_chat", replay) == expected
+    message = {k: v for k, v in sse.assemble("openai_chat", raw).items() if k != "usage"}
+    assert sse.assemble("openai_chat", replay) == message
     assert chat_final(replay).usage is None
 
 
@@ -1180,7 +1180,8 @@ def test_a_stream_recorder_keeps_the_message_it_assembled() -> None:
     recorder = sse.StreamRecorder("openai_chat")
     raw = fixture("chat_usage")
     recorder.feed(raw)
-    assert recorder.message is None
+    before = recorder.message
+    assert before is None
     assert recorder.complete() == raw
     assert recorder.message == sse.assemble("openai_chat", raw)
     cut = sse.StreamRecorder("openai_chat")

@@ -107,10 +107,10 @@ def test_the_lower_bound_reads_every_shared_prefix_token(tmp_path: Path) -> None
     totals = [request_1, request_2, request_3]
     rates = default_prices().lookup("anthropic", MODEL)
     assert rates is not None
-    expected = sum(
-        (s * rates.rates.cache_read + (t - s) * rates.rates.input) / 1e6  # type: ignore[operator]
-        for s, t in zip(shared, totals, strict=True)
-    )
+    read_rate, input_rate = rates.rates.cache_read, rates.rates.input
+    assert read_rate is not None
+    assert input_rate is not None
+    expected = sum((s * read_rate + (t - s) * input_rate) / 1e6 for s, t in zip(shared, totals, strict=True))
     assert result.input_tokens == sum(totals)
     assert result.cost_lower_bound_usd == pytest.approx(expected)
 

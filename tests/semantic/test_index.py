@@ -12,7 +12,7 @@ import gc
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -82,6 +82,11 @@ def _target(request: pytest.FixtureRequest, kind: str) -> RedisServer | RedisClu
         {"redis8": "redis8_server", "cluster": "redis8_cluster"}[kind]
     )
     return found
+
+
+def near(value: float) -> float:
+    """A similarity equal to any within 1e-5 of ``value`` (``pytest.approx``, in the field's type)."""
+    return cast(float, pytest.approx(value, abs=1e-5))
 
 
 class Backend:
@@ -199,7 +204,7 @@ def test_add_replaces_an_entry(backend: Backend) -> None:
     index.add("p", "k", first, "first text", ttl=60)
     index.add("p", "k", second, "second text", ttl=60)
     found = index.search("p", second, k=10, min_similarity=-1.0)
-    assert found == [Candidate(entry_key="k", similarity=pytest.approx(1.0, abs=1e-5), text="second text")]
+    assert found == [Candidate(entry_key="k", similarity=near(1.0), text="second text")]
     # The old vector is gone: searching by it finds the one entry at the new vector's similarity.
     again = index.search("p", first, k=10, min_similarity=-1.0)
     assert keys_of(again) == ["k"]
@@ -375,7 +380,7 @@ def test_texts_and_keys_round_trip(backend: Backend) -> None:
         index.add("p\0{weird}", f"key:{{{i}}}:\u00e9", row, text, ttl=60)
     for i, (row, text) in enumerate(zip(rows, texts, strict=True)):
         assert index.search("p\0{weird}", row, k=1, min_similarity=0.99) == [
-            Candidate(entry_key=f"key:{{{i}}}:\u00e9", similarity=pytest.approx(1.0, abs=1e-5), text=text)
+            Candidate(entry_key=f"key:{{{i}}}:\u00e9", similarity=near(1.0), text=text)
         ]
 
 
@@ -537,6 +542,7 @@ def test_partition_keys_expire_with_their_longest_entry(redis_backend: Backend) 
     index = redis_backend.make()
     rows = unit_rows(3, seed=22)
     target = redis_backend.target
+    assert target is not None  # a Redis backend
     names = index.keys("p")
 
     def pttls() -> list[int]:
@@ -681,6 +687,7 @@ def test_clear_keeps_other_prefixes_and_exact_entries(redis_backend: Backend) ->
 
     index = redis_backend.make()
     other_prefix = redis_backend.prefix[:-1] + "-other:"
+    assert redis_backend.target is not None  # a Redis backend
     other = RedisVectorIndex(redis_backend.target.url, prefix=other_prefix, timeout=SLOW_OK)
     store = RedisStore(redis_backend.target.url, prefix=redis_backend.prefix, timeout=SLOW_OK)
     row = unit_rows(1, seed=29)[0]

@@ -24,6 +24,7 @@ import redis
 
 import cachekit
 from cachekit.semantic import Candidate, SemanticConfig
+from cachekit.semantic.base import VectorIndex
 from cachekit.semantic.binding import EntryBinding
 from cachekit.semantic.index_memory import MemoryVectorIndex
 from cachekit.semantic.index_redis import RedisVectorIndex
@@ -77,7 +78,7 @@ class Shared:
     def vector_sets(self) -> set[bytes]:
         return set(self.raw.scan_iter(match=escape_glob(self.prefix) + "{sem:*}:vs"))
 
-    def entries(self, vector_set: bytes) -> dict[str, tuple[bytes, dict[str, Any]]]:
+    def entries(self, vector_set: bytes) -> dict[str, tuple[Any, dict[str, Any]]]:
         """The set's entries by question text: (element, attributes)."""
         found = {}
         for element in self.raw.zrange(vector_set[: -len(b":vs")] + b":ord", 0, -1):
@@ -226,7 +227,7 @@ def test_both_indexes_keep_the_mac(redis8_server: RedisServer) -> None:
     vector = np.ones(8, dtype=np.float32) / np.sqrt(8)
     prefix = f"bind-{uuid.uuid4().hex[:8]}:"
     redis_index = RedisVectorIndex(redis8_server.url, prefix=prefix, timeout=5)
-    indexes = [MemoryVectorIndex(), redis_index]
+    indexes: list[VectorIndex] = [MemoryVectorIndex(), redis_index]
     try:
         for index in indexes:
             index.add("sem1:p", ENTRY, vector, QUESTION, ttl=60, mac="v1:abc")

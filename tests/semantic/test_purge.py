@@ -61,7 +61,7 @@ def _client(harness: Harness, tenant: str, store: Any, index: Any) -> SDK:
 def _raw_values(nodes: list[RedisServer], prefix: str) -> list[bytes]:
     """Every byte string Redis holds under ``prefix``, whatever the key's type: names, values,
     members, and each vector-set element with its attributes (the question text)."""
-    found: list[bytes] = []
+    found: list[Any] = []  # bytes: redis-py types its replies as bytes or str
     for node in nodes:
         client: redis.Redis = node.client(socket_timeout=10)
         try:

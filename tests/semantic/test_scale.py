@@ -299,7 +299,12 @@ def test_one_text_threads_none_leaves_torch_alone() -> None:
     model = untouched._load()
     seen: list[int] = []
     encode = model.encode
-    model.encode = lambda *a, **k: (seen.append(torch.get_num_threads()), encode(*a, **k))[1]
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        seen.append(torch.get_num_threads())
+        return encode(*args, **kwargs)
+
+    model.encode = counting
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

@@ -118,6 +118,7 @@ def test_a_changed_timestamp_in_a_real_system_prompt_against_an_independent_coun
     b["system"] = b["system"].replace("2024-05-15 15:00:00", "2024-05-15 16:00:00")
     divergence = diff_requests(a, b)
     assert divergence is not None
+    assert divergence.char is not None
     n_tools = len(a["tools"])
     assert (divergence.reason, divergence.block, divergence.where_a, divergence.where_b) == (
         "system_changed",
@@ -270,7 +271,7 @@ def test_another_role_or_block_type_is_named() -> None:
 
 
 def test_openai_chat_system_messages_are_the_system_section() -> None:
-    a = {
+    a: dict[str, Any] = {
         "model": "gpt-4o",
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
     }

@@ -515,7 +515,7 @@ _PRICES = [
 def test_replay_cachekit_beats_every_openai_policy(layout: str, gap: float) -> None:
     conversations = [c for c in read_traces(TRACES) if not isinstance(c, Exception)]
     results = replay(
-        conversations,  # type: ignore[arg-type]
+        conversations,
         provider="openai",
         model=MODEL,
         prices=PriceTable.load(overrides=_PRICES),
@@ -558,7 +558,7 @@ def test_replay_through_model_studio_qwen4(gap: float) -> None:
     # deterministic"; the Context cache page: creation "125% of the standard input token price", hits 10%.
     conversations = [c for c in read_traces(TRACES) if not isinstance(c, Exception)]
     results = replay(
-        conversations,  # type: ignore[arg-type]
+        conversations,
         provider="bailian",
         model="qwen4-plus",
         prices=PriceTable.load(overrides=_QWEN4_PRICES),

@@ -104,6 +104,7 @@ def test_a_timestamp_in_a_real_system_prompt_is_found_with_its_block_and_offset(
     assert finding.where == "system"
     assert finding.block == len(trace["tools"])  # tools come first in prefix order
     assert finding.offset == system.index("2024-05-15 15:00:00")
+    assert finding.offset is not None
     assert finding.match == "2024-05-15 15:00:00 EST"
     assert system[finding.offset : finding.offset + len(finding.match)] == finding.match
     assert "system prompt" in finding.fix

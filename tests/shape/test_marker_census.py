@@ -196,7 +196,7 @@ def test_four_markers_at_any_depth_leave_as_four(setup: _Setup) -> None:
 def test_after_a_gap_no_one_hour_marker_follows_the_callers_five_minute_one(setup: _Setup) -> None:
     client = setup.client()
     # One marker of the caller's (5 minutes), inside a document's content source.
-    first = [
+    first: list[dict[str, Any]] = [
         {"role": "user", "content": [_document("Bookings are refundable for 24 hours.", "5m"), _text("Hi")]}
     ]
     assert _create(client, first).status_code == 200
@@ -237,7 +237,7 @@ def test_a_marker_moved_inside_the_conversation_leaves_the_prefix_as_it_was(setu
     first = [{"role": "user", "content": [_search_result("Booking 7: paid.", "5m"), _text("Refund?")]}]
     written = plain.run(_create(plain, first).parse()).usage.cache_creation_input_tokens
     assert written > 0
-    second = [
+    second: list[dict[str, Any]] = [
         {"role": "user", "content": [_search_result("Booking 7: paid.", None), _text("Refund?")]},
         {"role": "assistant", "content": "Checking."},
         {"role": "user", "content": [_search_result("Booked 30 hours ago.", "5m")]},

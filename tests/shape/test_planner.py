@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import httpx2
 import orjson
@@ -26,7 +27,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import cachekit
+from cachekit._types import Ttl
 from cachekit.cache import Cache
+from cachekit.config import Breakpoints
 from cachekit.local import LocalBackend, LocalTransport, ManualClock, ScriptedEngine
 from cachekit.local.accounting import AnthropicCache
 from cachekit.local.parse import _BadRequest, parse
@@ -81,15 +84,14 @@ def _content(draw: Any, role: str, turn: int, *, rich: bool = True, empty: bool 
         return _text(draw, empty)
     if kind == "sdk":
         return draw(st.lists(_SDK_CONTENT, min_size=1, max_size=3))
+    content: list[dict[str, Any]] = []
     if role == "assistant":
-        content = []
         if draw(st.booleans()):
             content.append({"type": "thinking", "thinking": _text(draw, empty), "signature": "sig"})
         content.append({"type": "text", "text": _text(draw, empty)})
         for k in range(draw(st.integers(0, 3))):
             content.append({"type": "tool_use", "id": f"t{turn}_{k}", "name": "tool_0", "input": {"id": "7"}})
         return content
-    content = []
     for k in range(draw(st.integers(0, 3)) if turn else 0):  # a run of results: one lookback position
         result: Any = (
             _text(draw, empty) if draw(st.booleans()) else [{"type": "text", "text": _text(draw, empty)}]
@@ -107,7 +109,9 @@ def _slots(body: dict[str, Any]) -> list[str]:
     found = []
     for block in prompt_blocks("anthropic_messages", body):
         value = functools.reduce(
-            lambda node, key: node[int(key) if isinstance(node, list) else key], block.where.split("."), body
+            lambda node, key: node[int(key) if isinstance(node, list) else key],
+            block.where.split("."),
+            cast(Any, body),
         )
         found += [f"nested:{block.where}.{path}" for path in sdk_shapes.slots(value)]
         if block.eligible:
@@ -150,7 +154,7 @@ def _bodies(draw: Any) -> dict[str, Any]:
     chosen.sort(key=slots.index)  # prefix order
     long = draw(st.integers(0, len(chosen)))
     for k, where in enumerate(chosen):
-        ttl = "1h" if k < long else "5m"
+        ttl: Ttl = "1h" if k < long else "5m"
         if where.startswith("nested:"):
             body = sdk_shapes.put(body, where.removeprefix("nested:"), {"type": "ephemeral", "ttl": ttl})
         else:
@@ -178,10 +182,12 @@ def _cases(draw: Any) -> tuple[dict[str, Any], list[int], Recall]:
     # The previous write: none, anywhere, or a message block out of the conversation end's lookback
     # window (a long conversation: the planner must bridge to it).
     positions = _positions(blocks)
+    window = RULES.lookback_positions
+    assert window is not None
     far = [
         i
         for i, b in enumerate(blocks)
-        if b.section == "messages" and b.eligible and positions[-1] - positions[i] >= RULES.lookback_positions
+        if b.section == "messages" and b.eligible and positions[-1] - positions[i] >= window
     ]
     choices = [st.none(), st.integers(0, n - 1)] + ([st.sampled_from(far)] if far else [])
     write = draw(st.one_of(choices))
@@ -201,7 +207,7 @@ def _markers(body: dict[str, Any]) -> list[tuple[int, str]]:
     return sorted(found.items())
 
 
-def _positions(blocks: list[Any]) -> list[int]:
+def _positions(blocks: Sequence[Any]) -> list[int]:
     """Each block's lookback position, by the documented rule: one per block, except that a run of
     consecutive tool_use blocks (or of tool_result blocks) is one position where the provider says so
     (``tool_runs_one_position`` in cache_rules.json: Anthropic)."""
@@ -217,7 +223,7 @@ def _positions(blocks: list[Any]) -> list[int]:
     return positions
 
 
-def _ends(body: dict[str, Any], blocks: list[Any]) -> dict[str, int]:
+def _ends(body: dict[str, Any], blocks: Sequence[Any]) -> dict[str, int]:
     """Where the next request's prefix can be read back, by section: the last block that may carry a
     marker in the tools and in the system prompt, and the end of the conversation so far (the last
     such block, before an assistant prefill, which the next request replaces)."""
@@ -236,7 +242,7 @@ def _ends(body: dict[str, Any], blocks: list[Any]) -> dict[str, int]:
 
 
 def _check_what_is_placed(
-    body: dict[str, Any], plan: Any, blocks: list[Any], tokens: list[int], recall: Recall, count: int
+    body: dict[str, Any], plan: Any, blocks: Sequence[Any], tokens: list[int], recall: Recall, count: int
 ) -> None:
     """What the documented rules require to be marked, from the rules and the blocks alone.
 
@@ -255,6 +261,7 @@ def _check_what_is_placed(
     write = recall.last_write
     for placement in plan.placements:
         if placement.reason == "lookback":
+            assert write is not None
             assert write == placement.block
             others = marked - {placement.block}
             assert not any(i >= write and positions[i] - positions[write] < window for i in others)
@@ -267,7 +274,7 @@ def _check_what_is_placed(
         if prefix[end] >= minimum:
             assert end in marked, (reason, blocks[end].where)
     reachable = write is not None and blocks[write].eligible and prefix[write] >= minimum
-    if reachable and any(i >= write for i in marked):
+    if reachable and write is not None and any(i >= write for i in marked):
         assert any(i >= write and positions[i] - positions[write] < window for i in marked)
 
 
@@ -553,7 +560,7 @@ def test_the_callers_markers_use_the_budget_first() -> None:
 # -- against the local backend's billing, through the real SDKs ---------------------------------
 
 
-def _anthropic(clock: ManualClock, *, breakpoints: str = "auto") -> Any:
+def _anthropic(clock: ManualClock, *, breakpoints: Breakpoints = "auto") -> Any:
     """A drop-in client to a fresh local backend that bills by Anthropic's rules on ``clock``."""
     backend = LocalBackend(clock=clock)
     config = cachekit.CacheConfig(
@@ -561,7 +568,7 @@ def _anthropic(clock: ManualClock, *, breakpoints: str = "auto") -> Any:
         enabled=False,
         ledger=False,
         breakpoints=breakpoints,
-        price_as="anthropic",  # type: ignore[arg-type]
+        price_as="anthropic",
     )
     return sdk_client(
         "anthropic",
@@ -587,7 +594,7 @@ def _last_marked(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The "last" policy: the caller marks the last block of the last message by hand."""
     last = len(messages) - 1
     blocks = [b for b in prompt_blocks("anthropic_messages", {"messages": messages}) if b.message == last]
-    return add_marker({"messages": messages}, blocks[-1].where)["messages"]  # type: ignore[no-any-return]
+    return add_marker({"messages": messages}, blocks[-1].where)["messages"]
 
 
 def _thirty_results_turn(before: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -930,6 +937,7 @@ def test_images_neither_slow_the_estimate_nor_skew_the_calibration() -> None:
     planner = Planner()
     applied = planner.apply("anthropic", "anthropic_messages", body, now=0.0)
     assert applied.estimate == 0  # nothing to calibrate from
+    assert applied.plan is not None
     assert [p.where for p in applied.plan.placements] == ["system", "messages.0.content.1"]
 
 

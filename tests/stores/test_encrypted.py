@@ -133,7 +133,7 @@ class AsyncFacade:
     """The AsyncStore methods over a sync store's own (mixed into a sync store class)."""
 
     async def aget(self: Any, key: str) -> bytes | None:
-        return self.get(key)  # type: ignore[no-any-return]
+        return self.get(key)
 
     async def aset(self: Any, key: str, value: bytes, *, ttl: float | None = None) -> None:
         self.set(key, value, ttl=ttl)
@@ -309,7 +309,11 @@ def test_ttls_at_the_edges_mean_what_they_mean_to_the_inner_store(
             enc.set(KEY_B, PLAINTEXT, ttl=ttl)
             assert enc.get(KEY_B) == PLAINTEXT
             (entry,) = [e for e in inner.entries() if e.key == KEY_B]
-            assert entry.expires_at is None if ttl == math.inf else entry.expires_at > now[0] + 1e11
+            if ttl == math.inf:
+                assert entry.expires_at is None
+            else:
+                assert entry.expires_at is not None
+                assert entry.expires_at > now[0] + 1e11
         enc.set(KEY_B, PLAINTEXT, ttl=0.5)
         (entry,) = [e for e in inner.entries() if e.key == KEY_B]
         assert entry.expires_at is not None
@@ -613,6 +617,7 @@ def test_inspectable_pass_through_reports_encrypted_sizes() -> None:
     enc.set(KEY_A, PLAINTEXT)
     enc.set(KEY_B, b"x")
     enc.set("other", b"y")
+    assert isinstance(enc, Inspectable)  # passed through from the inner store
     entries = {e.key: e for e in enc.entries("ck:")}
     assert set(entries) == {KEY_A, KEY_B}
     assert entries[KEY_A].size == 4 + 1 + 2 + 12 + len(PLAINTEXT) + 16

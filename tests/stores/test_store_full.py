@@ -53,7 +53,7 @@ def _names_for(node: RedisServer, slots: range | None) -> Iterator[str]:
 
 def _fill(node: RedisServer, slots: range | None) -> list[str]:
     """Write filler values to ``node`` until it answers OOM; return their names."""
-    used = int(node.command("INFO", "memory")["used_memory"])  # type: ignore[index]
+    used = int(node.command("INFO", "memory")["used_memory"])
     node.command("CONFIG", "SET", "maxmemory", used + 2 * 2**20)
     names: list[str] = []
     client = node.client(socket_timeout=10)
@@ -69,7 +69,7 @@ def _fill(node: RedisServer, slots: range | None) -> list[str]:
         client.close()
     # Full. Memory freed later (a closed connection's buffers) must not make room again: the limit
     # goes a little below what is used, which Redis treats the same way (noeviction evicts nothing).
-    used = int(node.command("INFO", "memory")["used_memory"])  # type: ignore[index]
+    used = int(node.command("INFO", "memory")["used_memory"])
     node.command("CONFIG", "SET", "maxmemory", used - 2**20)
     return names
 

@@ -442,7 +442,7 @@ def test_a_store_whose_secret_is_an_instance_attribute_is_accepted() -> None:
         def close(self) -> None:
             self._inner.close()
 
-    cache = cachekit.Cache(cachekit.CacheConfig(store=Plain(), ledger=False))  # type: ignore[arg-type]
+    cache = cachekit.Cache(cachekit.CacheConfig(store=Plain(), ledger=False))
     assert cache.sync_store is not None
 
 
