@@ -25,11 +25,11 @@ Every page commits the generated text, so that it reads complete in the reposito
 hosted site): the marker opens a block that ``<!-- /cachekit:KIND -->`` closes, and the text between
 them is what the generator printed. ``scripts/gen-docs`` (``python docs/hooks/generated.py``) rewrites
 every block under ``docs/`` from the code, and turns a bare marker into a block (``--check``: exit 1,
-naming the stale pages, instead of writing); ``tests/test_docs.py`` fails while a page holds a bare
-marker or a block that differs from what the generator prints, so a change to the data files or the
-command line is committed with its docs. The site build regenerates each block like a marker, so the
-site shows the same text. The generated text is plain Markdown (no MkDocs-only syntax): it is read on
-the code host as it is.
+naming the stale pages, instead of writing); ``tests/meta/test_docs.py`` fails while a page holds a
+bare marker or a block that differs from what the generator prints, so a change to the data files or
+the command line is committed with its docs. The site build regenerates each block like a marker, so
+the site shows the same text. The generated text is plain Markdown (no MkDocs-only syntax): it is
+read on the code host as it is.
 """
 
 from __future__ import annotations
