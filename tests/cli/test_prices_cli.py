@@ -72,6 +72,7 @@ def test_links_of_the_bundled_table_are_shown_once_in_english() -> None:
         assert quote is not None
         text = format_quote(quote, dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc))
         links = re.findall(r"https?://\S+", text)
+        assert row.source is not None  # every bundled row names its source
         assert links == [row.source.replace("/zh-CN/", "/en/")], text  # once: not in the source line too
         assert "/zh-" not in text
 
