@@ -37,7 +37,12 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
         return 1
     try:
         text = render_report(
-            args.ledger, by=args.by, since=args.since, as_json=args.json, plot_path=args.plot
+            args.ledger,
+            by=args.by,
+            since=args.since,
+            as_json=args.json,
+            plot_path=args.plot,
+            target_precision=args.target_precision,
         )
     except (ValueError, FileNotFoundError) as exc:
         out.write(f"cachekit report: {exc}\n")
@@ -123,6 +128,14 @@ def _add_report(commands: Any) -> None:
     )
     report.add_argument(
         "--ledger", metavar="PATH", help="a ledger file (default: $CACHEKIT_HOME/ledger.sqlite3)"
+    )
+    report.add_argument(
+        "--target-precision",
+        type=float,
+        default=0.95,
+        metavar="P",
+        help="semantic shadow mode: the precision the suggested threshold must reach, as the lower "
+        "bound of its 95%% interval (default: %(default)s)",
     )
     report.set_defaults(run=_report)
 

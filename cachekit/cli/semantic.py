@@ -23,6 +23,8 @@ def _semantic_eval(args: argparse.Namespace, out: TextIO) -> int:
 
     try:
         from cachekit.semantic.embedders import default_embedder
+
+        embedder = default_embedder(args.embedder)
         from cachekit.semantic.evaluate import (
             curve,
             evaluate,
@@ -49,7 +51,7 @@ def _semantic_eval(args: argparse.Namespace, out: TextIO) -> int:
                 reports = [
                     evaluate(
                         pairs,
-                        embedder=default_embedder(),
+                        embedder=embedder,
                         index=index,
                         index_size=args.index_size,
                         progress=progress,
@@ -114,6 +116,13 @@ def _add_semantic_eval(commands: Any) -> None:
         description="For each pair, in an empty partition: store a with a dummy answer, look up b.",
     )
     evaluation.add_argument("pairs", metavar="PAIRS.jsonl", help='lines of {"a", "b", "same", "kind"}')
+    evaluation.add_argument(
+        "--embedder",
+        choices=("auto", "onnx", "sentence-transformers"),
+        default="auto",
+        help="all-MiniLM-L6-v2 on onnxruntime (no torch) or on sentence-transformers (default: "
+        "%(default)s, as the semantic cache picks: sentence-transformers where installed)",
+    )
     evaluation.add_argument(
         "--threshold", type=float, help="cosine threshold (default: the semantic cache's, 0.8)"
     )
