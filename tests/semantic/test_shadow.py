@@ -214,6 +214,9 @@ def test_a_judge_of_the_users_own_decides_and_a_failing_one_fails_nothing(harnes
     assert (unknown.judge, unknown.verdict) == ("custom", None)
     assert seen[0] == (PARAPHRASE, ANSWERS[QUESTION], ANSWERS[PARAPHRASE])
     assert seen[1][0] == OTHER_WORDING
+    layer = shadow.cache.pipeline.semantic
+    assert layer is not None
+    assert layer.stats.errors == 1
 
 
 def test_the_ledger_keeps_no_prompt_and_no_answer(harness: Harness, tmp_path: Path) -> None:
