@@ -592,6 +592,14 @@ class OnnxEmbedder(_CachedEmbedder):
         return self._tokenizer_path
 
     @property
+    def calibrated_as(self) -> str | None:
+        """The ``model_id`` prefix whose calibration these vectors keep: ``st:all-MiniLM-L6-v2`` for
+        the bundled model (its int8 vectors are within 0.996 cosine of the fp32 model's, and the
+        shipped verifier gives the same precision and recall on them: docs/semantic.md), so a
+        precision target works with either embedder; ``None`` for another model file."""
+        return f"st:{DEFAULT_MODEL_NAME}" if self._bundled else None
+
+    @property
     def model_id(self) -> str:
         """``onnx:<name>@<12 hex>``: the name and a digest of the model file and the tokenizer."""
         if self._model_id is None:

@@ -222,7 +222,11 @@ def build_matcher(
 
     targeted = target_precision is not None or max_false_hit_rate is not None
     shipped = load_verifier() if guards and verifier and targeted else None
-    if shipped is None or not shipped.serves(embedder.model_id):
+    # An embedder may keep another model's calibration (the bundled ONNX MiniLM keeps the
+    # sentence-transformers one): ``calibrated_as`` names that model's id.
+    calibrated_as = getattr(embedder, "calibrated_as", None)
+    ids = [embedder.model_id, *([calibrated_as] if isinstance(calibrated_as, str) else [])]
+    if shipped is None or not any(shipped.serves(model_id) for model_id in ids):
         if target_precision is not None or max_false_hit_rate is not None:
             raise ConfigError(
                 "target_precision and max_false_hit_rate need the calibrated verifier, which cachekit "

@@ -20,13 +20,14 @@ import pytest
 
 from cachekit.errors import ConfigError, MissingExtraError
 from cachekit.semantic import SemanticConfig, SemanticLayer
-from cachekit.semantic.base import Embedder, SemanticError
+from cachekit.semantic.base import Candidate, Embedder, SemanticError
 from cachekit.semantic.embedders import (
     OnnxEmbedder,
     SentenceTransformerEmbedder,
     choose_embedder,
     default_embedder,
 )
+from cachekit.semantic.matcher import build_matcher
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PAIRS = REPO_ROOT / "tests" / "fixtures" / "pairs-sample.jsonl"
@@ -219,3 +220,25 @@ def test_a_missing_onnxruntime_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
         OnnxEmbedder()
     assert caught.value.extra == "semantic"
     assert caught.value.package == "onnxruntime"
+
+
+def test_a_precision_target_runs_the_shipped_verifier_on_the_onnx_vectors(
+    onnx: OnnxEmbedder, tmp_path: Path
+) -> None:
+    """The bundled int8 model keeps all-MiniLM-L6-v2's calibration (measured: the same precision and
+    recall with the verifier at target 0.85 on the Quora dev pairs, docs/semantic.md); another ONNX
+    file does not, and a precision target is refused for it as for any uncalibrated model."""
+    matcher = build_matcher(onnx, target_precision=0.85)
+    assert matcher.verifier is not None
+    assert matcher.verifier.model == "st:all-MiniLM-L6-v2"
+    a, b = "How do I reset my password?", "How can I reset my password?"
+    similarity = float(onnx.embed([a])[0] @ onnx.embed([b])[0])
+    score = matcher.score(a, Candidate(entry_key="k", similarity=similarity, text=b))
+    assert score is not None
+    assert score >= matcher.min_score  # a plain paraphrase passes the verifier
+    other = tmp_path / "model.onnx"
+    other.write_bytes(onnx.path.read_bytes())  # the same weights, but a file cachekit did not measure
+    custom = OnnxEmbedder(other, tokenizer=onnx.tokenizer_path)
+    assert custom.calibrated_as is None
+    with pytest.raises(ConfigError, match="need the calibrated verifier"):
+        build_matcher(custom, target_precision=0.85)
