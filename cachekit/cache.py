@@ -84,8 +84,8 @@ class Cache:
             if self._closed:
                 return
             self._closed = True
+        self.pipeline.close_semantic()  # first: shadow judgments still running land in the ledger
         self._flush_ledger()
-        self.pipeline.close_semantic()
         if self._owns_store and self.sync_store is not None:
             self.sync_store.close()
 
@@ -96,8 +96,8 @@ class Cache:
                 if self._closed:
                     return
                 self._closed = True
-            self._flush_ledger()
             self.pipeline.close_semantic()
+            self._flush_ledger()
             await self.async_store.aclose()
         else:
             self.close()

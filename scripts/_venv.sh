@@ -35,10 +35,11 @@ ck_install() {
   # torch is the CUDA build, about 6 GB of GPU libraries. PyTorch's own CPU index is an extra index, so
   # its 2.13.0+cpu wins over the index's 2.13.0 (a local version sorts higher) and the other packages
   # still come from the package index (pip only asks when torch is not installed yet). Only extras
-  # that need torch trigger this. CACHEKIT_TORCH_INDEX="" leaves torch to pip's configured indexes.
+  # that need torch trigger this (`semantic` runs on onnxruntime; `semantic-torch` needs torch).
+  # CACHEKIT_TORCH_INDEX="" leaves torch to pip's configured indexes.
   local torch="installing torch 2.13.0, the CPU build (about 200 MB: the longest step)"
   case "$1" in
-    *local*|*semantic*|*all*)
+    *local*|*semantic-torch*|*all*)
       if "$VENV/bin/python" -c "import torch" 2>/dev/null; then
         :  # already there (a reused venv): pip would only ask the indexes again
       elif [ -n "$CK_TORCH_INDEX" ] && ck_reachable "$CK_TORCH_INDEX"; then

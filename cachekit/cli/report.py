@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from cachekit.cli import _common
-from cachekit.cli._common import output_file, say
+from cachekit.cli._common import between, output_file, say
 from cachekit.cli.store import STORE_HELP, open_semantic_index, open_store, semantic_index_url
 
 __all__ = ["register"]
@@ -67,14 +67,16 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
         raise _common.CommandFailed(
             f"no ledger at {ledger}: no call has been recorded there (name another with --ledger PATH)"
         )
-    records = _read("report", ledger, args.since).records
+    contents = _read("report", ledger, args.since)
     text = render_report(
-        records,
+        contents.records,
         by=args.by,
         since=since,
         as_json=args.json,
         plot_path=args.plot,
         width=None if args.json else terminal_width(out),
+        target_precision=args.target_precision,
+        shadow=contents.shadow,
     )
     out.write(text if text.endswith("\n") else text + "\n")
     if args.plot:
@@ -193,6 +195,14 @@ def _add_report(commands: Any) -> None:
         "--ledger",
         metavar="PATH",
         help="a ledger file, SQLite or .jsonl (default: $CACHEKIT_HOME/ledger.sqlite3)",
+    )
+    report.add_argument(
+        "--target-precision",
+        type=between(0.0, 1.0, low_open=True),
+        default=0.95,
+        metavar="P",
+        help="semantic shadow mode: the precision the suggested threshold must reach, as the lower "
+        "bound of its 95%% interval (default: %(default)s)",
     )
     report.set_defaults(run=_report)
 

@@ -29,11 +29,12 @@ def _semantic_eval(args: argparse.Namespace, out: TextIO) -> int:
     settings = [_eval_settings(args)]
     if args.compare is not None:
         settings.append(_eval_settings(args, args.compare))
-    for module in ("numpy", "sentence_transformers"):
-        if missing(module):
-            raise MissingExtraError(module.replace("_", "-"), "semantic", "cachekit semantic-eval")
+    if missing("numpy"):
+        raise MissingExtraError("numpy", "semantic", "cachekit semantic-eval")
 
     from cachekit.semantic.embedders import default_embedder
+
+    embedder = default_embedder(args.embedder)  # a missing package is a MissingExtraError naming it
     from cachekit.semantic.evaluate import curve, evaluate, render_compare, render_curve, render_text
 
     index: Any = None
@@ -45,12 +46,12 @@ def _semantic_eval(args: argparse.Namespace, out: TextIO) -> int:
         with ProgressPrinter(sys.stderr, "cachekit semantic-eval") as progress:
             # The model loads on its first use, for seconds: a stage of its own, not "embedding 0%".
             progress("loading the embedding model", 0, 1)
-            default_embedder().embed(["warm up"])
+            embedder.embed(["warm up"])
             progress("loading the embedding model", 1, 1)
             reports = [
                 evaluate(
                     pairs,
-                    embedder=default_embedder(),
+                    embedder=embedder,
                     index=index,
                     index_size=args.index_size,
                     progress=progress,
@@ -205,6 +206,13 @@ def _add_semantic_eval(commands: Any) -> None:
   cachekit semantic-eval pairs.jsonl --json""",
     )
     evaluation.add_argument("pairs", metavar="PAIRS.jsonl", help='lines of {"a", "b", "same", "kind"}')
+    evaluation.add_argument(
+        "--embedder",
+        choices=("auto", "onnx", "sentence-transformers"),
+        default="auto",
+        help="all-MiniLM-L6-v2 on onnxruntime (no torch) or on sentence-transformers (default: "
+        "%(default)s, as the semantic cache picks: sentence-transformers where installed)",
+    )
     evaluation.add_argument(
         "--threshold",
         type=_RANGES["threshold"],

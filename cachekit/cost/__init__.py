@@ -6,6 +6,7 @@
     prices.py   genai-prices, else prices.json (per provider and model, with source URL and date) -> Cost
     genai.py    genai-prices: dated prices, time-of-day and tier variants (extra: prices)
     ledger.py   CallRecord per call -> sinks (memory, SQLite under $CACHEKIT_HOME, JSONL), totals, budgets
+    shadow.py   ShadowRecord per request the semantic cache only watched -> its precision, recall, threshold
     report.py   terminal table (rich), JSON, and a PNG of cost with and without caching
     metrics.py  PrometheusSink: counters of tokens, cost and calls by outcome (extra: metrics)
     otel.py     OpenTelemetrySink: GenAI semantic-convention attributes on the current span (extra: otel)
@@ -32,6 +33,7 @@ from cachekit.cost.ledger import (
     LedgerStats,
     MemorySink,
     Outcome,
+    ShadowSink,
     SQLiteSink,
     Totals,
     aggregate,
@@ -52,6 +54,7 @@ from cachekit.cost.prices import (
     find_quote,
 )
 from cachekit.cost.report import parse_since, plot, render_report
+from cachekit.cost.shadow import ShadowRecord, ShadowSummary, summarize, wilson
 from cachekit.cost.usage import TOKEN_FIELDS, UsageRecord, normalize, price_context_of_body, usage_of_body
 
 __all__ = [
@@ -78,6 +81,9 @@ __all__ = [
     "PrometheusSink",
     "Rates",
     "SQLiteSink",
+    "ShadowRecord",
+    "ShadowSink",
+    "ShadowSummary",
     "Totals",
     "UsageRecord",
     "aggregate",
@@ -92,5 +98,7 @@ __all__ = [
     "price_context_of_body",
     "render_report",
     "span_attributes",
+    "summarize",
     "usage_of_body",
+    "wilson",
 ]

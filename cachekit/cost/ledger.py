@@ -22,6 +22,13 @@ Outcomes and what a record says:
 
 A figure that cannot be priced (unknown model or usage) is ``None`` in the record and is counted, not
 summed as zero, in :meth:`Ledger.totals`.
+
+Beside the calls, the ledger keeps the semantic cache's shadow records
+(:class:`~cachekit.cost.shadow.ShadowRecord`, :meth:`Ledger.record_shadow`): what the layer would
+have served while ``SemanticConfig(mode="shadow")`` only watches. They go through the same queue to the
+sinks that keep them (a sink with ``write_shadow``: the three below; in SQLite a table ``shadow``
+beside ``calls``, in JSON lines a line with ``"kind": "shadow"``) and are read back with
+:meth:`Ledger.shadow_records`.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ import orjson
 from cachekit import _fork
 from cachekit._home import cachekit_home
 from cachekit.cost.prices import PriceTable, default_prices
+from cachekit.cost.shadow import ShadowRecord
 from cachekit.cost.usage import TOKEN_FIELDS, UsageRecord, price_context_of_body, usage_of_body
 from cachekit.errors import ConfigError
 
@@ -60,6 +68,7 @@ __all__ = [
     "MemorySink",
     "Outcome",
     "SQLiteSink",
+    "ShadowSink",
     "Totals",
     "aggregate",
     "default_ledger_path",
@@ -220,6 +229,23 @@ class LedgerSink(Protocol):
         """Release the sink's resources."""
 
 
+@runtime_checkable
+class ShadowSink(Protocol):
+    """A sink that also keeps shadow records (a sink without these methods is given none)."""
+
+    def write_shadow(self, records: Sequence[ShadowRecord]) -> None:
+        """Store a batch of shadow records."""
+
+    def read_shadow(self, since: float | None = None) -> list[ShadowRecord]:
+        """Every stored shadow record with ``time >= since`` (all when ``None``), oldest first."""
+
+
+def _kept_since(records: Iterable[ShadowRecord], since: float | None) -> list[ShadowRecord]:
+    kept = [r for r in records if since is None or r.time >= since]
+    kept.sort(key=lambda r: r.time)
+    return kept
+
+
 class MemorySink:
     """Keeps records in a list (tests, short scripts, a live process's own report)."""
 
@@ -227,12 +253,24 @@ class MemorySink:
 
     def __init__(self) -> None:
         self._records: list[CallRecord] = []
+        self._shadow: list[ShadowRecord] = []
         self._lock = _fork.lock(self)
 
     def write(self, records: Sequence[CallRecord]) -> None:
         """Append the records."""
         with self._lock:
             self._records.extend(records)
+
+    def write_shadow(self, records: Sequence[ShadowRecord]) -> None:
+        """Append the shadow records."""
+        with self._lock:
+            self._shadow.extend(records)
+
+    def read_shadow(self, since: float | None = None) -> list[ShadowRecord]:
+        """The stored shadow records, oldest first."""
+        with self._lock:
+            records = list(self._shadow)
+        return _kept_since(records, since)
 
     def read(self, since: float | None = None) -> list[CallRecord]:
         """The stored records, oldest first."""
@@ -257,42 +295,62 @@ class JSONLSink:
 
     def write(self, records: Sequence[CallRecord]) -> None:
         """Append the records as JSON lines."""
-        data = b"".join(orjson.dumps(r.to_dict()) + b"\n" for r in records)
+        self._append(orjson.dumps(r.to_dict()) + b"\n" for r in records)
+
+    def write_shadow(self, records: Sequence[ShadowRecord]) -> None:
+        """Append the shadow records as JSON lines marked ``"kind": "shadow"``."""
+        self._append(orjson.dumps({"kind": "shadow", **r.to_dict()}) + b"\n" for r in records)
+
+    def _append(self, lines: Iterable[bytes]) -> None:
+        data = b"".join(lines)
         with self._lock, self.path.open("ab") as fh:
             fh.write(data)
 
-    def read(self, since: float | None = None) -> list[CallRecord]:
-        """Parse the file; a corrupt line is skipped with a warning."""
+    def _contents(self, since: float | None) -> LedgerContents:
         if not self.path.exists():
-            return []
+            return LedgerContents([])
         with self._lock:
             data = self.path.read_bytes()
-        records, skipped = _jsonl_records(data, since)
-        for number in skipped:
+        contents = _jsonl_contents(data, since)
+        for number in contents.skipped_lines:
             logger.warning("cachekit.cost: skipping corrupt ledger line %d of %s", number, self.path)
-        return records
+        return contents
+
+    def read(self, since: float | None = None) -> list[CallRecord]:
+        """Parse the file's calls; a corrupt line is skipped with a warning."""
+        return self._contents(since).records
+
+    def read_shadow(self, since: float | None = None) -> list[ShadowRecord]:
+        """Parse the file's shadow records; a corrupt one is skipped with a warning."""
+        return self._contents(since).shadow
 
     def close(self) -> None:
         """Nothing held open between writes."""
 
 
-def _jsonl_records(data: bytes, since: float | None) -> tuple[list[CallRecord], list[int]]:
-    """The records of a JSON-lines ledger (``time >= since``, oldest first), and the numbers of the
-    lines that are not records (blank lines are neither)."""
+def _jsonl_contents(data: bytes, since: float | None) -> LedgerContents:
+    """The calls and the shadow records (lines marked ``"kind": "shadow"``) of a JSON-lines ledger
+    (``time >= since``, oldest first), and the numbers of the lines that are neither (blank lines are
+    not counted)."""
     records: list[CallRecord] = []
+    shadow: list[ShadowRecord] = []
     skipped: list[int] = []
     for number, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            record = CallRecord.from_dict(orjson.loads(line))
+            doc = orjson.loads(line)
+            if isinstance(doc, dict) and doc.get("kind") == "shadow":
+                shadow.append(ShadowRecord.from_dict(doc))
+                continue
+            record = CallRecord.from_dict(doc)
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             skipped.append(number)
             continue
         if since is None or record.time >= since:
             records.append(record)
     records.sort(key=lambda r: r.time)
-    return records, skipped
+    return LedgerContents(records, len(skipped), _kept_since(shadow, since), tuple(skipped))
 
 
 _COLUMNS = (
@@ -332,9 +390,59 @@ CREATE TABLE IF NOT EXISTS calls (
     saving REAL
 );
 CREATE INDEX IF NOT EXISTS calls_time ON calls (time);
+CREATE TABLE IF NOT EXISTS shadow (
+    id INTEGER PRIMARY KEY,
+    time REAL NOT NULL,
+    model TEXT NOT NULL,
+    partition TEXT NOT NULL,
+    threshold REAL NOT NULL,
+    candidate TEXT,
+    similarity REAL,
+    passed INTEGER NOT NULL,
+    would_serve INTEGER NOT NULL,
+    refused TEXT,
+    score REAL,
+    judge TEXT NOT NULL,
+    verdict INTEGER
+);
+CREATE INDEX IF NOT EXISTS shadow_time ON shadow (time);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', '1');
 """
+
+
+_SHADOW_COLUMNS = (
+    "time",
+    "model",
+    "partition",
+    "threshold",
+    "candidate",
+    "similarity",
+    "passed",
+    "would_serve",
+    "refused",
+    "score",
+    "judge",
+    "verdict",
+)
+
+
+def _shadow_row(r: ShadowRecord) -> tuple[Any, ...]:
+    """The ``shadow`` row of a record, in :data:`_SHADOW_COLUMNS` order."""
+    return (
+        r.time,
+        r.model,
+        r.partition,
+        r.threshold,
+        r.candidate,
+        r.similarity,
+        int(r.passed),
+        int(r.would_serve),
+        ",".join(r.refused) or None,
+        r.score,
+        r.judge,
+        None if r.verdict is None else int(r.verdict),
+    )
 
 
 def _sql_row(r: CallRecord) -> tuple[Any, ...]:
@@ -377,6 +485,10 @@ class SQLiteSink:
         self._closed = False
         placeholders = ", ".join("?" for _ in _COLUMNS)
         self._insert = f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES ({placeholders})"
+        shadow_placeholders = ", ".join("?" for _ in _SHADOW_COLUMNS)
+        self._insert_shadow = (
+            f"INSERT INTO shadow ({', '.join(_SHADOW_COLUMNS)}) VALUES ({shadow_placeholders})"
+        )
         self._conn: sqlite3.Connection | None = self._connect()
         self._conn.executescript(_SCHEMA)
         _fork.register(self)
@@ -405,30 +517,41 @@ class SQLiteSink:
 
     def write(self, records: Sequence[CallRecord]) -> None:
         """Insert the batch in one transaction."""
-        rows = [_sql_row(record) for record in records]
+        self._insert_rows(self._insert, [_sql_row(record) for record in records])
+
+    def write_shadow(self, records: Sequence[ShadowRecord]) -> None:
+        """Insert the shadow records in one transaction."""
+        self._insert_rows(self._insert_shadow, [_shadow_row(record) for record in records])
+
+    def _insert_rows(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
         with self._lock:
             conn = self._live()
             conn.execute("BEGIN")
             try:
-                conn.executemany(self._insert, rows)
+                conn.executemany(statement, rows)
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
 
-    def read(self, since: float | None = None) -> list[CallRecord]:
-        """Rows with ``time >= since``, oldest first."""
-        query, params = _select(since)
+    def _select(self, table: str, columns: Sequence[str], since: float | None) -> list[Any]:
+        query, params = _select(table, columns, since)
         with self._lock:
             if self._closed:  # read-only access after close: a short-lived connection
                 conn = sqlite3.connect(self.path, timeout=10)
                 try:
-                    rows = conn.execute(query, params).fetchall()
+                    return conn.execute(query, params).fetchall()
                 finally:
                     conn.close()
-            else:
-                rows = self._live().execute(query, params).fetchall()
-        return [_record_of_row(row) for row in rows]
+            return self._live().execute(query, params).fetchall()
+
+    def read(self, since: float | None = None) -> list[CallRecord]:
+        """Rows with ``time >= since``, oldest first."""
+        return [_record_of_row(row) for row in self._select("calls", _COLUMNS, since)]
+
+    def read_shadow(self, since: float | None = None) -> list[ShadowRecord]:
+        """Shadow rows with ``time >= since``, oldest first."""
+        return [_shadow_of_row(row) for row in self._select("shadow", _SHADOW_COLUMNS, since)]
 
     def close(self) -> None:
         """Close the connection (:meth:`read` still works, on a short-lived connection)."""
@@ -440,9 +563,9 @@ class SQLiteSink:
                     conn.close()
 
 
-def _select(since: float | None) -> tuple[str, tuple[float, ...]]:
-    """The query of the ``calls`` rows with ``time >= since``, oldest first, and its parameters."""
-    query = f"SELECT {', '.join(_COLUMNS)} FROM calls"
+def _select(table: str, columns: Sequence[str], since: float | None) -> tuple[str, tuple[float, ...]]:
+    """The query of a table's rows with ``time >= since``, oldest first, and its parameters."""
+    query = f"SELECT {', '.join(columns)} FROM {table}"
     params: tuple[float, ...] = ()
     if since is not None:
         query += " WHERE time >= ?"
@@ -456,13 +579,22 @@ def _record_of_row(row: Sequence[Any]) -> CallRecord:
     return CallRecord.from_dict(d)
 
 
+def _shadow_of_row(row: Sequence[Any]) -> ShadowRecord:
+    d = dict(zip(_SHADOW_COLUMNS, row, strict=True))
+    d["refused"] = d["refused"].split(",") if d["refused"] else []
+    return ShadowRecord.from_dict(d)
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerContents:
-    """What :func:`read_ledger` found: the records, and how many lines of a JSON-lines ledger were
-    not records (skipped)."""
+    """What :func:`read_ledger` found: the call records, how many lines of a JSON-lines ledger were
+    not records (``skipped``; their numbers in ``skipped_lines``), and the semantic cache's shadow
+    records (:mod:`cachekit.cost.shadow`)."""
 
     records: list[CallRecord]
     skipped: int = 0
+    shadow: list[ShadowRecord] = field(default_factory=list)
+    skipped_lines: tuple[int, ...] = ()
 
 
 def read_ledger(path: str | Path, since: float | None = None) -> LedgerContents:
@@ -484,8 +616,7 @@ def read_ledger(path: str | Path, since: float | None = None) -> LedgerContents:
     if path.is_dir():
         raise ConfigError(f"{path} is a directory, not a ledger file")
     if path.suffix == ".jsonl":
-        records, skipped = _jsonl_records(path.read_bytes(), since)
-        return LedgerContents(records, len(skipped))
+        return _jsonl_contents(path.read_bytes(), since)
     if not path.exists():
         raise FileNotFoundError(2, "no such file", str(path))
     if path.stat().st_size == 0:
@@ -506,8 +637,11 @@ def read_ledger(path: str | Path, since: float | None = None) -> LedgerContents:
                 f"{path} is {what} without a calls table, not a cost ledger (the default ledger is "
                 f"{default_ledger_path()})"
             )
-        query, params = _select(since)
-        rows = conn.execute(query, params).fetchall()
+        rows = conn.execute(*_select("calls", _COLUMNS, since)).fetchall()
+        # A ledger written before shadow mode existed has no shadow table: it holds no shadow records.
+        shadow_rows = (
+            conn.execute(*_select("shadow", _SHADOW_COLUMNS, since)).fetchall() if "shadow" in tables else []
+        )
     except sqlite3.DatabaseError as exc:
         # sqlite_errorcode is Python 3.11+; the message is SQLite's own, the same in every version.
         if getattr(exc, "sqlite_errorcode", None) == _SQLITE_NOTADB or "not a database" in str(exc):
@@ -517,7 +651,9 @@ def read_ledger(path: str | Path, since: float | None = None) -> LedgerContents:
         raise ConfigError(f"{path} cannot be read as a ledger: {exc}") from exc
     finally:
         conn.close()
-    return LedgerContents([_record_of_row(row) for row in rows])
+    return LedgerContents(
+        [_record_of_row(row) for row in rows], shadow=[_shadow_of_row(row) for row in shadow_rows]
+    )
 
 
 # -- totals --------------------------------------------------------------------------------------------
@@ -738,7 +874,7 @@ class Ledger:
     def _own_process_parts(self) -> None:
         """What each process has its own of: the queue, the writer thread (started by the first record
         that needs it), the locks and the counters."""
-        self._pending: deque[CallRecord] = deque()
+        self._pending: deque[CallRecord | ShadowRecord] = deque()
         self._thread: threading.Thread | None = None
         self._stopping = self._closed
         #: Set while records are being dropped on a full queue: warned when it starts and when it ends.
@@ -768,6 +904,12 @@ class Ledger:
                 sink.write((record,))
             except Exception:
                 self._write_failed(sink)
+        self._enqueue(record)
+        if self._budgets:
+            self._check_budgets(record)
+
+    def _enqueue(self, record: CallRecord | ShadowRecord) -> None:
+        """Queue a record for the background writer (dropped, and counted, when the queue is full)."""
         if self._async:
             if self._thread is None:
                 self._start_writer()
@@ -778,8 +920,21 @@ class Ledger:
                 pending.append(record)
                 if len(pending) >= self._batch_size:
                     self._wake.set()
-        if self._budgets:
-            self._check_budgets(record)
+
+    def record_shadow(self, record: ShadowRecord) -> None:
+        """Add one shadow record of the semantic cache (:mod:`cachekit.cost.shadow`), for the sinks
+        that keep them (:class:`ShadowSink`). Cheap, like :meth:`record`."""
+        if self._closed:
+            self._drop(record, "the ledger is closed")
+            return
+        for sink in self._sync:
+            if isinstance(sink, ShadowSink):
+                try:
+                    sink.write_shadow((record,))
+                except Exception:
+                    self._write_failed(sink)
+        if any(isinstance(sink, ShadowSink) for sink in self._async):
+            self._enqueue(record)
 
     def record_call(
         self,
@@ -860,7 +1015,7 @@ class Ledger:
                 self._max_pending,
             )
 
-    def _drop(self, record: CallRecord, why: str) -> None:
+    def _drop(self, record: CallRecord | ShadowRecord, why: str) -> None:
         with self._stats_lock:
             self.stats.dropped += 1
             dropped = self.stats.dropped
@@ -903,9 +1058,14 @@ class Ledger:
             pending = self._pending
             while pending:
                 batch: list[CallRecord] = []
+                shadow: list[ShadowRecord] = []
                 try:
-                    while len(batch) < self._batch_size:
-                        batch.append(pending.popleft())
+                    while len(batch) + len(shadow) < self._batch_size:
+                        record = pending.popleft()
+                        if isinstance(record, ShadowRecord):
+                            shadow.append(record)
+                        else:
+                            batch.append(record)
                 except IndexError:
                     pass
                 if self._overflow_timeout:
@@ -913,7 +1073,10 @@ class Ledger:
                         self._room.notify_all()
                 for sink in self._async:
                     try:
-                        sink.write(batch)
+                        if batch:
+                            sink.write(batch)
+                        if shadow and isinstance(sink, ShadowSink):
+                            sink.write_shadow(shadow)
                     except Exception:
                         self._write_failed(sink)
         if self._overflowing and not self._pending:
@@ -968,6 +1131,16 @@ class Ledger:
         if not self.sinks:
             return []
         return self.sinks[0].read(_since_ts(since))
+
+    def shadow_records(self, since: Since = None) -> list[ShadowRecord]:
+        """The semantic cache's shadow records since ``since`` (see :meth:`records`), from the first
+        sink that keeps them."""
+        if not self._closed:
+            self.flush()
+        for sink in self.sinks:
+            if isinstance(sink, ShadowSink):
+                return sink.read_shadow(_since_ts(since))
+        return []
 
     def totals(self, group_by: Sequence[str] = ("model",), since: Since = None) -> list[Totals]:
         """Sums grouped by any of :data:`GROUP_FIELDS` (see :func:`aggregate`)."""

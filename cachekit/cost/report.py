@@ -7,6 +7,11 @@
 
 A call that could not be priced (unknown model or usage) is not summed as zero: the table marks the
 sums it is missing from with ``*`` and says how many calls that is.
+
+When the ledger holds shadow records of the semantic cache (``SemanticConfig(mode="shadow")``), the
+report adds what the semantic layer would have done on that traffic (:func:`render_shadow`): per
+partition and in total, its precision with a 95 % Wilson interval, its recall, and the lowest
+threshold whose interval's lower bound reaches the target precision (:mod:`cachekit.cost.shadow`).
 """
 
 from __future__ import annotations
@@ -25,23 +30,31 @@ from cachekit.cost.ledger import (
     GROUP_FIELDS,
     CallRecord,
     Ledger,
+    LedgerContents,
     Totals,
     aggregate,
     default_ledger_path,
     read_ledger,
 )
+from cachekit.cost.shadow import ShadowRecord, ShadowSummary, summarize
 from cachekit.errors import MissingExtraError
 
 __all__ = [
+    "DEFAULT_TARGET_PRECISION",
     "aggregate_totals",
     "load_records",
+    "load_shadow_records",
     "parse_by",
     "parse_since",
     "plot",
     "render_json",
     "render_report",
+    "render_shadow",
     "render_table",
 ]
+
+#: The precision the shadow section's suggested threshold is chosen for, unless told otherwise.
+DEFAULT_TARGET_PRECISION = 0.95
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -72,6 +85,15 @@ def load_records(path: str | Path | None = None, since: float | None = None) -> 
     if not path.exists():
         return []
     return read_ledger(path, since).records
+
+
+def load_shadow_records(path: str | Path | None = None, since: float | None = None) -> list[ShadowRecord]:
+    """Read a ledger file's shadow records (SQLite by default, ``.jsonl`` as JSON lines) without
+    writing to it or beside it; a missing file holds none."""
+    path = Path(path) if path is not None else default_ledger_path()
+    if not path.exists():
+        return []
+    return read_ledger(path, since).shadow
 
 
 def parse_by(by: str | Sequence[str]) -> tuple[str, ...]:
@@ -194,6 +216,80 @@ def _rounded(totals: dict[str, Any]) -> dict[str, Any]:
     return totals
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _shadow_cells(summary: ShadowSummary) -> list[str]:
+    low, high = summary.interval
+    interval = f"[{low:.3f}, {high:.3f}]" if summary.served else "-"
+    choice = summary.suggested
+    suggested = (
+        "none reaches it"
+        if choice is None
+        else f"{choice.threshold:.4f} ({choice.right}/{choice.served}, >= {choice.interval[0]:.3f})"
+    )
+    return [
+        str(summary.requests),
+        str(summary.judged),
+        f"{summary.right}/{summary.served}",
+        _share(summary.precision),
+        interval,
+        _share(summary.recall),
+        ", ".join(f"{t:g}" for t in summary.thresholds) or "-",
+        suggested,
+    ]
+
+
+def render_shadow(records: Sequence[ShadowRecord], *, target: float = DEFAULT_TARGET_PRECISION) -> str:
+    """The semantic cache's shadow section as text: per partition (its id shortened) and in total,
+    the requests watched, those with a judged candidate, right over would-be hits, precision with its
+    95 % Wilson interval, recall, the threshold(s) in force, and the lowest threshold whose lower
+    bound reaches ``target`` (with its right/served and lower bound)."""
+    parts, total = summarize(records, target)
+    headers = [
+        "partition",
+        "model",
+        "requests",
+        "judged",
+        "right/hits",
+        "precision",
+        "95% interval",
+        "recall",
+        "threshold",
+        f"threshold for precision >= {target:g}",
+    ]
+    rows = [[(p.partition or "")[:12], ", ".join(p.models), *_shadow_cells(p)] for p in parts]
+    rows.append(["total", "", *_shadow_cells(total)])
+    widths = [max(len(line[i]) for line in [headers, *rows]) for i in range(len(headers))]
+
+    def fmt(line: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    lines = [
+        "semantic cache, shadow mode: what it would have served on this traffic",
+        fmt(headers),
+        rule,
+        *(fmt(line) for line in rows[:-1]),
+        rule,
+        fmt(rows[-1]),
+        "precision: right would-be hits / would-be hits; recall: of the requests a stored answer "
+        "would have served right, the share served; the suggested threshold is measured on these "
+        "same records",
+    ]
+    return "\n".join(lines)
+
+
+def _shadow_json(records: Sequence[ShadowRecord], target: float) -> dict[str, Any]:
+    parts, total = summarize(records, target)
+    return {
+        "target_precision": target,
+        "partitions": [p.to_dict() for p in parts],
+        "total": total.to_dict(),
+    }
+
+
 def plot(
     records: Iterable[CallRecord], path: str | Path, *, title: str = "LLM cost with and without caching"
 ) -> Path:
@@ -251,25 +347,42 @@ def render_report(
     as_json: bool = False,
     plot_path: str | Path | None = None,
     width: int | None = None,
+    target_precision: float = DEFAULT_TARGET_PRECISION,
+    shadow: Sequence[ShadowRecord] | None = None,
 ) -> str:
     """Render the cost report of a ledger, a list of records, or a ledger file (the default SQLite one).
 
     ``by`` is any of ``model``, ``tenant``, ``site``, ``day`` (or ``provider``, ``outcome``, ``hour``;
     comma-separate several); ``since`` is epoch seconds or a ``--since`` string (see
     :func:`parse_since`). With ``plot_path`` a PNG is written too (see :func:`plot`). ``width`` fits
-    the table to a terminal (:func:`render_table`).
+    the table to a terminal (:func:`render_table`). When the ledger holds shadow records of the
+    semantic cache (given as ``shadow`` beside a list of records), their section follows
+    (:func:`render_shadow`; in JSON under ``"shadow"``), its suggested threshold chosen for
+    ``target_precision``.
     """
+    if not 0 < target_precision <= 1:
+        raise ValueError(f"the target precision is a share in (0, 1], not {target_precision!r}")
     since_ts = parse_since(since) if isinstance(since, str) else since
     if isinstance(source, Ledger):
         records = source.records(since_ts)
+        shadow = source.shadow_records(since_ts)
     elif source is None or isinstance(source, (str, Path)):
-        records = load_records(source, since_ts)
+        path = Path(source) if source is not None else default_ledger_path()
+        contents = read_ledger(path, since_ts) if path.exists() else LedgerContents([])
+        records, shadow = contents.records, contents.shadow
     else:
         records = [r for r in source if since_ts is None or r.time >= since_ts]
+        shadow = [r for r in shadow or () if since_ts is None or r.time >= since_ts]
     names = parse_by(by)
     rows = aggregate(records, names)
     if plot_path is not None:
         plot(records, plot_path)
     if as_json:
-        return render_json(rows, names, since=since_ts)
-    return render_table(rows, names, width=width)
+        text = render_json(rows, names, since=since_ts)
+        if not shadow:
+            return text
+        document = orjson.loads(text)
+        document["shadow"] = _shadow_json(shadow, target_precision)
+        return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
+    table = render_table(rows, names, width=width)
+    return table if not shadow else table + "\n\n" + render_shadow(shadow, target=target_precision)

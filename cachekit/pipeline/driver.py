@@ -373,6 +373,9 @@ class Pipeline:
         kept = yield from self._store.keep_document(call, response)
         if kept.stored and semantic is not None:
             yield from self._semantic.remember(semantic, call)
+        if semantic is not None and semantic.shadow and kept.complete and kept.answer is not None:
+            # Shadow mode: the fresh answer judges what the semantic stage would have served.
+            self._semantic.judge_later(semantic, call, kept.answer, kept.document, self._accountant.shadow)
         if kept.answer is not None:  # paid for, stored or not
             self._accountant.account(call, kept.answer, None, kept.document, applied=applied)
         if kept.answer is None or not kept.complete:
@@ -408,6 +411,10 @@ class Pipeline:
             kept, save = self._store.keep_stream(call, status, headers, raw, message)
             if kept.answer is not None:
                 self._accountant.account(call, kept.answer, None, kept.document, applied=applied)
+                if semantic is not None and semantic.shadow:
+                    self._semantic.judge_later(
+                        semantic, call, kept.answer, kept.document, self._accountant.shadow
+                    )
             return save
 
         def stored(exc: Exception | None) -> None:

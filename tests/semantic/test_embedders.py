@@ -224,8 +224,8 @@ def test_missing_sentence_transformers_names_the_extra(monkeypatch: pytest.Monke
         SentenceTransformerEmbedder()
     assert isinstance(caught.value, ImportError)
     assert caught.value.package == "sentence-transformers"
-    assert caught.value.extra == "semantic"
-    assert "pip install 'cachekit-llm[semantic]'" in str(caught.value)
+    assert caught.value.extra == "semantic-torch"
+    assert "pip install 'cachekit-llm[semantic-torch]'" in str(caught.value)
     assert "sentence-transformers" in str(caught.value)
 
 
