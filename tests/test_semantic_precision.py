@@ -29,8 +29,8 @@ WEIGHTS = Path(cachekit.__file__).parent / "semantic" / "verifier-minilm.json"
 #: Pairs whose words are (nearly) the same but whose answers differ: the roles, the place of a
 #: negation, or a compound's opposite part changed. Each with the guard that must refuse it.
 STRUCTURE = [
-    ("What is 10 minus 3?", "What is 3 minus 10?", "order"),
-    ("Is 17 greater than 13?", "Is 13 greater than 17?", "order"),
+    ("What is 10 minus 3?", "What is 3 minus 10?", "operator"),  # the operator with its operands
+    ("Is 17 greater than 13?", "Is 13 greater than 17?", "operator"),
     ("Did the dog bite the man?", "Did the man bite the dog?", "order"),
     ("Does Alice owe Bob money?", "Does Bob owe Alice money?", "order"),
     ("The report does not say the drug is safe.", "The report says the drug is not safe.", "negation"),
@@ -288,7 +288,7 @@ def test_structure_refusals_and_a_precision_target_on_a_redis8_index(
         ask(sdk, "What is 10 minus 3?")
         swapped = ask(sdk, "What is 3 minus 10?")
         assert swapped.headers["x-cachekit-cache"] == "miss"
-        assert "order" in swapped.headers["x-cachekit-semantic-refused"]
+        assert "operator" in swapped.headers["x-cachekit-semantic-refused"]
         ask(sdk, "How do I reset my account password?")
         assert (
             ask(sdk, "How can I reset the password of my account?").headers["x-cachekit-cache"] == "semantic"
