@@ -32,6 +32,11 @@ def _semantic_eval(args: argparse.Namespace, out: TextIO) -> int:
             render_text,
         )
 
+        if args.calibrate is not None:
+            return _calibrate(args, out)
+        if args.pairs is None:
+            out.write("cachekit semantic-eval: name the labelled pairs (PAIRS.jsonl), or --calibrate FILE\n")
+            return 2
         if args.index == "redis" and not args.redis_url:
             out.write("cachekit semantic-eval: --index redis needs --redis-url URL (Redis 8)\n")
             return 2
@@ -82,6 +87,56 @@ def _semantic_eval(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _calibrate(args: argparse.Namespace, out: TextIO) -> int:
+    """``--calibrate FILE --out CAL.json``: measure the shipped verifier at every score threshold on
+    the user's labelled pairs (never fitted on) and write the calibration ``SemanticConfig`` loads."""
+    from pathlib import Path
+
+    from cachekit.errors import ConfigError
+    from cachekit.semantic.embedders import default_embedder
+    from cachekit.semantic.evaluate import calibrate, evaluate, load_pairs
+    from cachekit.semantic.matcher import Matcher
+    from cachekit.semantic.verifier import DataSource, load_verifier, operating_point
+
+    if args.out is None:
+        out.write("cachekit semantic-eval: --calibrate needs --out CAL.json (where to write it)\n")
+        return 2
+    if args.index_size is not None:
+        out.write("cachekit semantic-eval: a calibration is measured pair by pair (no --index-size)\n")
+        return 2
+    path = Path(args.calibrate)
+    pairs = load_pairs(path)
+    verifier = load_verifier()
+    embedder = default_embedder()
+    # Operating point 0: every candidate that passes the guards is scored, so every threshold can be read.
+    matcher = Matcher(embedder, threshold=verifier.cosine_floor, verifier=verifier, min_score=0.0)
+    with ProgressPrinter(sys.stderr, "cachekit semantic-eval") as progress:
+        report = evaluate(pairs, embedder=embedder, matcher=matcher, progress=progress)
+    same = sum(p.same for p in pairs)
+    table = calibrate(
+        report,
+        verifier=verifier.digest(),
+        calibrated_on=f"{len(pairs)} pairs of {path.name} ({same} same, {len(pairs) - same} different)",
+        sources=[DataSource(path.name, f"labelled pairs read from {path}", "the user's own", len(pairs))],
+    )
+    Path(args.out).write_text(json.dumps(table.to_dict(), indent=1) + "\n", encoding="utf-8")
+    out.write(f"wrote {args.out}: {table.calibrated_on}\n")
+    out.write("target precision  operating point  precision (95% interval)  recall\n")
+    for target in (0.8, 0.85, 0.9, 0.95, 0.98):
+        try:
+            point = operating_point(table, target_precision=target)
+        except ConfigError:
+            out.write(f"{target:>16}  not reached\n")
+            continue
+        row = next(r for r in table.rows if r.threshold == point)
+        low, high = row.precision_interval
+        out.write(
+            f"{target:>16}  {point:>15}  {row.precision:.3f} ({low:.3f}-{high:.3f})  {row.recall:>15.3f}\n"
+        )
+    out.write(f'use it: SemanticConfig(target_precision=..., calibration="{args.out}")\n')
+    return 0
+
+
 def _eval_settings(args: argparse.Namespace, spec: str | None = None) -> dict[str, Any]:
     """The evaluate() settings of the command line, or of a ``--compare`` spec such as
     ``"threshold=0.9 no-verifier"`` (``threshold=``, ``target-precision=``, ``max-false-hit-rate=``,
@@ -92,6 +147,7 @@ def _eval_settings(args: argparse.Namespace, spec: str | None = None) -> dict[st
         "verifier": not args.no_verifier,
         "target_precision": args.target_precision,
         "max_false_hit_rate": args.max_false_hit_rate,
+        "calibration": args.calibration,
     }
     if spec is None:
         return settings
@@ -113,7 +169,9 @@ def _add_semantic_eval(commands: Any) -> None:
         help="precision and recall of the semantic cache on labelled question pairs",
         description="For each pair, in an empty partition: store a with a dummy answer, look up b.",
     )
-    evaluation.add_argument("pairs", metavar="PAIRS.jsonl", help='lines of {"a", "b", "same", "kind"}')
+    evaluation.add_argument(
+        "pairs", metavar="PAIRS.jsonl", nargs="?", help='lines of {"a", "b", "same", "kind"}'
+    )
     evaluation.add_argument(
         "--threshold", type=float, help="cosine threshold (default: the semantic cache's, 0.8)"
     )
@@ -152,5 +210,19 @@ def _add_semantic_eval(commands: Any) -> None:
         "--compare",
         metavar="SPEC",
         help='a second configuration side by side, e.g. "threshold=0.9 no-verifier" (default: none)',
+    )
+    # issue 30: calibration from the user's own labelled pairs.
+    evaluation.add_argument(
+        "--calibrate",
+        metavar="FILE",
+        help="measure the verifier on these labelled pairs and write a calibration to --out (default: none)",
+    )
+    evaluation.add_argument(
+        "--out", metavar="CAL.json", help="where --calibrate writes (no default: needed there)"
+    )
+    evaluation.add_argument(
+        "--calibration",
+        metavar="CAL.json",
+        help="read --target-precision's operating point from this calibration (default: the shipped one)",
     )
     evaluation.set_defaults(run=_semantic_eval)
