@@ -261,9 +261,16 @@ def _at(tokens: list[_Tok], i: int) -> _Tok | None:
     return tokens[i] if 0 <= i < len(tokens) else None
 
 
+#: The spelled operators by their first word, longest first (a lookup runs for every word of a text).
+_SPELLED_BY_FIRST: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
+    first: tuple(entry for entry in _SPELLED_BINARY if entry[0][0] == first)
+    for first in {phrase[0] for phrase, _ in _SPELLED_BINARY}
+}
+
+
 def _spelled(tokens: list[_Tok], i: int) -> tuple[str, int] | None:
     """The operator spelled in words at ``tokens[i]`` and how many words it takes, if any."""
-    for phrase, symbol in _SPELLED_BINARY:
+    for phrase, symbol in _SPELLED_BY_FIRST.get(tokens[i].text.lower(), ()):
         n = len(phrase)
         window = tokens[i : i + n]
         if len(window) == n and all(
