@@ -30,6 +30,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 __all__ = [
     "REASON_CASE",
@@ -137,8 +138,7 @@ _SI_UNIT = re.compile(
 _NOT_UNITS = frozenset({"am", "pm", "AM", "PM", "Am", "Pm"})
 
 
-@dataclass(frozen=True, slots=True)
-class _Tok:
+class _Tok(NamedTuple):  # a tuple, not a frozen dataclass: built for every token of every text
     kind: str  # "num", "word", "code", "escape", "cls", "flag", "sym"
     text: str  # as written (operators: normalized, punctuation trimmed)
     space_before: bool
@@ -308,6 +308,9 @@ def _read_operators(tokens: list[_Tok]) -> tuple[list[_Mark], list[_Mark]]:
 
 def _word_operator(tokens: list[_Tok], i: int) -> tuple[_Mark | None, int]:
     """An operator spelled in words at ``tokens[i]`` ("15 plus 27", "minus 40"), and its width."""
+    word = tokens[i].text.lower()
+    if word not in _SPELLED_BY_FIRST and word not in _SPELLED_SIGNS:
+        return None, 1  # most words: checked once here, since this runs for every word of a text
     left, right = _at(tokens, i - 1), _at(tokens, i + 1)
     spelled = _spelled(tokens, i)
     if spelled is not None:
