@@ -67,8 +67,10 @@ def test_the_operating_point_needs_the_lower_bound_not_the_point_estimate() -> N
 
 
 def test_a_false_hit_bound_needs_the_upper_end_of_every_kind() -> None:
-    calibration = table(row(0.5, 90, 10, (0, 20)), row(0.6, 80, 5, (0, 900)))
-    # 0 of 20 negations served is an upper bound of 16 %; 0 of 900 of 0.4 %.
+    calibration = table(row(0.5, 90, 1, (0, 20)), row(0.6, 80, 5, (0, 900)))
+    # Overall 1 of 300 different pairs served at 0.5 (upper bound 1.9 %) would do, but 0 of 20
+    # negations served is an upper bound of 16 %; 0 of 900 of 0.4 %.
+    assert calibration.rows[0].false_hit_high() > 0.05
     assert operating_point(calibration, max_false_hit_rate=0.05) == 0.6
 
 
