@@ -306,3 +306,13 @@ def test_structure_refusals_and_a_precision_target_on_a_redis8_index(
         )
     finally:
         index.close()
+
+
+def test_the_shipped_calibration_supports_what_the_docs_say() -> None:
+    """docs/semantic.md: targets up to 0.6 from the shipped calibration, 0.7 refused; a false-hit
+    bound under 0.32 needs the user's own calibration (a dozen pairs of some kinds)."""
+    SemanticConfig(target_precision=0.6)
+    with pytest.raises(ConfigError, match="no calibrated operating point"):
+        SemanticConfig(target_precision=0.7)
+    with pytest.raises(ConfigError, match="no calibrated operating point"):
+        SemanticConfig(max_false_hit_rate=0.32)
