@@ -21,7 +21,9 @@ target (``SemanticConfig(target_precision=0.9)``) at the lower end of its 95 % W
 uncertainty, not a raw number. The calibration is the shipped one, or one measured on the user's
 own labelled pairs (``cachekit semantic-eval --calibrate PAIRS.jsonl --out CAL.json``, loaded with
 ``SemanticConfig(calibration="CAL.json")``, :func:`load_calibration`): precision depends on the mix
-of questions a cache sees, and only the user's own pairs measure that mix.
+of questions a cache sees, and only the user's own pairs measure that mix. The shipped calibration
+counts natural pairs only (generated ones are easy and would overstate precision); its best lower
+bound is about 0.6, so a higher target needs the user's own calibration.
 
 Data and terms: the shipped weights and calibration are fitted on data whose terms allow shipping
 them: the CANNOT negation dataset (github.com/dmlls/cannot-dataset, CC BY-SA 4.0), the even-numbered
