@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from cachekit._progress import ProgressPrinter
 from cachekit.cli import _common
-from cachekit.cli._common import at_least, between, input_file, missing
+from cachekit.cli._common import at_least, between, input_file, missing, output_file
 
 __all__ = ["register"]
 
@@ -23,14 +23,24 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _semantic_eval(args: argparse.Namespace, out: TextIO) -> int:
     from cachekit.errors import MissingExtraError
 
+    if missing("numpy"):
+        raise MissingExtraError("numpy", "semantic", "cachekit semantic-eval")
+    if args.out is not None:
+        output_file(args.out, "--out", ".json")  # checked before anything else runs
+        if args.calibrate is None:
+            raise _common.UsageError("--out is where --calibrate writes: give --calibrate PAIRS.jsonl too")
+    if args.calibrate is not None:
+        return _calibrate(args, out)
+    if args.pairs is None:
+        raise _common.UsageError("name the labelled pairs (PAIRS.jsonl), or --calibrate PAIRS.jsonl")
     if args.index == "redis" and not args.redis_url:
         raise _common.UsageError("--index redis needs --redis-url URL (a Redis 8 server)")
     pairs = _pairs(args.pairs)
+    if args.calibration is not None:
+        _check_calibration(args)
     settings = [_eval_settings(args)]
     if args.compare is not None:
         settings.append(_eval_settings(args, args.compare))
-    if missing("numpy"):
-        raise MissingExtraError("numpy", "semantic", "cachekit semantic-eval")
 
     from cachekit.semantic.embedders import default_embedder
 
@@ -95,6 +105,68 @@ def _pairs(path: str) -> list[Any]:
     return pairs
 
 
+def _check_calibration(args: argparse.Namespace) -> None:
+    """``--calibration CAL.json`` is a readable calibration of the shipped verifier, asked for with a
+    target (it only places the operating point of one): checked before the model loads."""
+    from cachekit.semantic.verifier import load_calibration
+
+    load_calibration(input_file(args.calibration, "a calibration written by semantic-eval --calibrate"))
+    if args.target_precision is None and args.max_false_hit_rate is None:
+        raise _common.UsageError(
+            "--calibration places the verifier's operating point: give --target-precision or "
+            "--max-false-hit-rate with it"
+        )
+
+
+def _calibrate(args: argparse.Namespace, out: TextIO) -> int:
+    """``--calibrate PAIRS.jsonl --out OUT.json``: measure the shipped verifier at every score threshold on
+    the user's labelled pairs (never fitted on) and write the calibration ``SemanticConfig`` loads."""
+    from pathlib import Path
+
+    from cachekit.errors import ConfigError
+    from cachekit.semantic.embedders import default_embedder
+    from cachekit.semantic.evaluate import calibrate, evaluate
+    from cachekit.semantic.matcher import Matcher
+    from cachekit.semantic.verifier import DataSource, load_verifier, operating_point
+
+    path = Path(args.calibrate)
+    pairs = _pairs(args.calibrate)
+    if args.out is None:
+        raise _common.UsageError("--calibrate needs --out OUT.json (where to write the calibration)")
+    if args.index_size is not None:
+        raise _common.UsageError("a calibration is measured pair by pair (no --index-size)")
+    written = output_file(args.out, "--out", ".json")  # checked before the minutes of embedding
+    verifier = load_verifier()
+    embedder = default_embedder(args.embedder)
+    # Operating point 0: every candidate that passes the guards is scored, so every threshold can be read.
+    matcher = Matcher(embedder, threshold=verifier.cosine_floor, verifier=verifier, min_score=0.0)
+    with ProgressPrinter(sys.stderr, "cachekit semantic-eval") as progress:
+        report = evaluate(pairs, embedder=embedder, matcher=matcher, progress=progress)
+    same = sum(p.same for p in pairs)
+    table = calibrate(
+        report,
+        verifier=verifier.digest(),
+        calibrated_on=f"{len(pairs)} pairs of {path.name} ({same} same, {len(pairs) - same} different)",
+        sources=[DataSource(path.name, f"labelled pairs read from {path}", "the user's own", len(pairs))],
+    )
+    written.write_text(json.dumps(table.to_dict(), indent=1) + "\n", encoding="utf-8")
+    out.write(f"wrote {args.out}: {table.calibrated_on}\n")
+    out.write("target precision  operating point  precision (95% interval)  recall\n")
+    for target in (0.8, 0.85, 0.9, 0.95, 0.98):
+        try:
+            point = operating_point(table, target_precision=target)
+        except ConfigError:
+            out.write(f"{target:>16}  not reached\n")
+            continue
+        row = next(r for r in table.rows if r.threshold == point)
+        low, high = row.precision_interval
+        out.write(
+            f"{target:>16}  {point:>15}  {row.precision:.3f} ({low:.3f}-{high:.3f})  {row.recall:>15.3f}\n"
+        )
+    out.write(f'use it: SemanticConfig(target_precision=..., calibration="{args.out}")\n')
+    return 0
+
+
 def _eval_settings(args: argparse.Namespace, spec: str | None = None) -> dict[str, Any]:
     """The evaluate() settings of the command line, or of a ``--compare`` spec such as
     ``"threshold=0.9 no-verifier"`` (``threshold=``, ``target-precision=``, ``max-false-hit-rate=``,
@@ -105,6 +177,7 @@ def _eval_settings(args: argparse.Namespace, spec: str | None = None) -> dict[st
         "verifier": not args.no_verifier,
         "target_precision": args.target_precision,
         "max_false_hit_rate": args.max_false_hit_rate,
+        "calibration": args.calibration,
     }
     if spec is None:
         return settings
@@ -178,7 +251,10 @@ def _adversarial(pairs: list[Any]) -> dict[str, int]:
 def _about(report: Any, pairs: list[Any], args: argparse.Namespace) -> str:
     """The lines under the table: whether the verifier ran, and whether the sample is adversarial."""
     if report.operating_point is not None:
-        verifier = f"verifier: on, at score {report.operating_point:g} (from cachekit's shipped calibration)"
+        source = (
+            f"the calibration {args.calibration}" if args.calibration else "cachekit's shipped calibration"
+        )
+        verifier = f"verifier: on, at score {report.operating_point:g} (from {source})"
     elif args.no_verifier:
         verifier = "verifier: off (--no-verifier)"
     else:
@@ -205,7 +281,9 @@ def _add_semantic_eval(commands: Any) -> None:
   cachekit semantic-eval pairs.jsonl --compare "threshold=0.9 no-verifier"
   cachekit semantic-eval pairs.jsonl --json""",
     )
-    evaluation.add_argument("pairs", metavar="PAIRS.jsonl", help='lines of {"a", "b", "same", "kind"}')
+    evaluation.add_argument(
+        "pairs", metavar="PAIRS.jsonl", nargs="?", help='lines of {"a", "b", "same", "kind"}'
+    )
     evaluation.add_argument(
         "--embedder",
         choices=("auto", "onnx", "sentence-transformers"),
@@ -256,5 +334,19 @@ def _add_semantic_eval(commands: Any) -> None:
         "--compare",
         metavar="SPEC",
         help='a second configuration side by side, e.g. "threshold=0.9 no-verifier" (default: none)',
+    )
+    # issue 30: calibration from the user's own labelled pairs.
+    evaluation.add_argument(
+        "--calibrate",
+        metavar="PAIRS.jsonl",
+        help="measure the verifier on these labelled pairs and write a calibration to --out (default: none)",
+    )
+    evaluation.add_argument(
+        "--out", metavar="OUT.json", help="where --calibrate writes (no default: needed there)"
+    )
+    evaluation.add_argument(
+        "--calibration",
+        metavar="CAL.json",
+        help="read --target-precision's operating point from this calibration (default: the shipped one)",
     )
     evaluation.set_defaults(run=_semantic_eval)

@@ -20,20 +20,26 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachekit._progress import Progress, tracked
 from cachekit.semantic.base import Candidate, Embedder, Vector, VectorIndex
 from cachekit.semantic.guards import ContentWordGuard
 from cachekit.semantic.matcher import REASON_VERIFIER, Matcher, build_matcher
+from cachekit.semantic.verifier import Calibration, CalibrationRow, DataSource, wilson_interval
 from cachekit.stores.keys import probe_key
 
+if TYPE_CHECKING:
+    from cachekit.semantic.matcher import CalibrationSource
+
 __all__ = [
+    "CALIBRATION_THRESHOLDS",
     "Counts",
     "EvalReport",
     "Option",
     "Pair",
     "PairResult",
+    "calibrate",
     "curve",
     "evaluate",
     "load_pairs",
@@ -153,8 +159,14 @@ class Counts:
         """``false_hits / different``: of the pairs that need different answers, the share served wrong."""
         return self.false_hits / self.different if self.different else 0.0
 
+    @property
+    def precision_interval(self) -> tuple[float, float]:
+        """The 95 % Wilson interval of :attr:`precision` (``(0.0, 1.0)`` when nothing was served)."""
+        return wilson_interval(self.true_hits, self.hits)
+
     def to_dict(self) -> dict[str, int | float]:
         """The counts and rates, under the names ``semantic-eval --json`` prints."""
+        low, high = self.precision_interval
         return {
             "pairs": self.pairs,
             "same": self.same,
@@ -162,6 +174,8 @@ class Counts:
             "true_hits": self.true_hits,
             "false_hits": self.false_hits,
             "precision": self.precision,
+            "precision_low": low,
+            "precision_high": high,
             "recall": self.recall,
             "false_hit_rate": self.false_hit_rate,
         }
@@ -217,8 +231,9 @@ class EvalReport:
     index_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Exactly ``pairs, same, different, true_hits, false_hits, precision, recall,
-        false_hit_rate`` and ``by_kind`` (kind -> the same eight keys), kinds sorted."""
+        """Exactly ``pairs, same, different, true_hits, false_hits, precision, precision_low,
+        precision_high, recall, false_hit_rate`` (``precision_low``/``_high``: its 95 % Wilson
+        interval) and ``by_kind`` (kind -> the same ten keys), kinds sorted."""
         out: dict[str, Any] = self.total.to_dict()
         out["by_kind"] = {kind: self.by_kind[kind].to_dict() for kind in sorted(self.by_kind)}
         return out
@@ -313,10 +328,12 @@ def evaluate(
     verifier: bool = True,
     target_precision: float | None = None,
     max_false_hit_rate: float | None = None,
+    calibration: CalibrationSource | None = None,
     index: VectorIndex | None = None,
     index_size: int | None = None,
     batch_size: int = 256,
     progress: Progress | None = None,
+    matcher: Matcher | None = None,
 ) -> EvalReport:
     """Store each pair's ``a`` in an empty partition of ``index``, look up ``b``, and count the hits.
 
@@ -326,7 +343,7 @@ def evaluate(
         threshold: the cosine (in [-1, 1]) a candidate needs (``None``: as the semantic layer).
         guards: run the default guards (``False``: the threshold alone decides).
         verifier: run the shipped verifier where it serves ``embedder`` (as the semantic layer).
-        target_precision, max_false_hit_rate: pick the verifier's operating point, as
+        target_precision, max_false_hit_rate, calibration: pick the verifier's operating point, as
             :class:`~cachekit.semantic.layer.SemanticConfig` does.
         index: any :class:`~cachekit.semantic.base.VectorIndex`; one fresh partition per pair, and
             each entry removed after its lookup. ``None``: a new in-memory index (closed afterwards).
@@ -338,6 +355,8 @@ def evaluate(
         progress: called as ``progress(stage, done, total)`` while the questions are embedded
             (``"embedding questions"``), stored (``"storing questions"``) and the pairs looked up
             (``"looking up pairs"``).
+        matcher: judge with this matcher instead of one built from the settings above (as
+            :func:`calibrate` needs: the verifier scoring every candidate, at operating point 0).
     """
     import numpy as np
 
@@ -348,24 +367,26 @@ def evaluate(
         pairs = pairs[:index_size]
     texts = [text for pair in pairs for text in (pair.a, pair.b)]
     vectors = _embed_all(embedder, texts, batch_size, progress)
-    matcher = build_matcher(
-        embedder,
-        threshold=threshold,
-        guards=guards,
-        verifier=verifier,
-        target_precision=target_precision,
-        max_false_hit_rate=max_false_hit_rate,
-    )
+    if matcher is None:
+        matcher = build_matcher(
+            embedder,
+            threshold=threshold,
+            guards=guards,
+            verifier=verifier,
+            target_precision=target_precision,
+            max_false_hit_rate=max_false_hit_rate,
+            calibration=calibration,
+        )
     close = [(p.b, p.a) for p in pairs if float(np.dot(vectors[p.a], vectors[p.b])) >= matcher.threshold]
     for guard in (*matcher.guards, matcher.words):
         if isinstance(guard, ContentWordGuard):
             guard.prepare(close, batch_size=batch_size)
     report = EvalReport(
         threshold=matcher.threshold,
-        guards=guards,
+        guards=bool(matcher.guards),
         model_id=embedder.model_id,
         operating_point=matcher.min_score if matcher.verifier is not None else None,
-        calibrated_on=matcher.verifier.calibrated_on if matcher.verifier is not None else "",
+        calibrated_on=matcher.calibration.calibrated_on if matcher.calibration is not None else "",
         index_size=index_size,
     )
     own_index = index is None
@@ -457,6 +478,58 @@ def _indexed(
             index.remove(partition, probe_key(f"eval.{number}"))
 
 
+#: The verifier scores a calibration measures (every 0.01 above 0.5, where targets sit).
+CALIBRATION_THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 10)) + tuple(
+    round(0.5 + 0.01 * i, 2) for i in range(50)
+)
+
+
+def calibrate(
+    report: EvalReport,
+    *,
+    verifier: str,
+    calibrated_on: str,
+    sources: Sequence[DataSource] = (),
+    thresholds: Sequence[float] = CALIBRATION_THRESHOLDS,
+) -> Calibration:
+    """The calibration table of a pairwise ``report`` judged with the verifier at operating point 0
+    (every candidate that passed the guards scored): for each score threshold, the pairs served
+    right and wrong, and per kind of different pair how many were served. ``verifier`` is the
+    digest of the weights that scored (:meth:`~cachekit.semantic.verifier.Verifier.digest`)."""
+    if report.index_size is not None:
+        raise ValueError("a calibration is measured pair by pair (no --index-size)")
+    rows: list[CalibrationRow] = []
+    for threshold in thresholds:
+        right = wrong = same = different = 0
+        by_kind: dict[str, list[int]] = {}
+        for result in report.results:
+            served, _ = _served(result.options, score=threshold, cosine=report.threshold)
+            hit = served is not None
+            if result.pair.same:
+                same += 1
+                right += hit and served is not None and served.right
+                wrong += hit and served is not None and not served.right
+                continue
+            different += 1
+            wrong += hit
+            counts = by_kind.setdefault(result.pair.kind or "(none)", [0, 0])
+            counts[0] += hit
+            counts[1] += 1
+        rows.append(
+            CalibrationRow(
+                threshold=threshold,
+                right=right,
+                wrong=wrong,
+                same=same,
+                different=different,
+                false_by_kind={k: (v[0], v[1]) for k, v in by_kind.items()},
+            )
+        )
+    return Calibration(
+        verifier=verifier, calibrated_on=calibrated_on, sources=tuple(sources), rows=tuple(rows)
+    )
+
+
 def curve(report: EvalReport, points: Sequence[float] | None = None) -> list[tuple[float, Counts]]:
     """Precision and recall at a range of operating points, from the judged options of ``report``:
     verifier score thresholds where the verifier ran, else cosine thresholds from the report's."""
@@ -531,9 +604,14 @@ def _rate(value: float, denominator: int) -> str:
     return f"{value:.3f}" if denominator else "-"
 
 
+def _interval(counts: Counts) -> str:
+    low, high = counts.precision_interval
+    return f"{low:.3f}-{high:.3f}" if counts.hits else "-"
+
+
 def render_text(report: EvalReport) -> str:
     """A table for people: one row per kind and a total row; "-" where a rate has no denominator."""
-    header = ("kind", "pairs", "same", "diff", "TP", "FP", "precision", "recall", "false-hit")
+    header = ("kind", "pairs", "same", "diff", "TP", "FP", "precision", "95% interval", "recall", "false-hit")
     rows = [header]
     for name, counts in [*sorted(report.by_kind.items()), ("all", report.total)]:
         rows.append(
@@ -545,6 +623,7 @@ def render_text(report: EvalReport) -> str:
                 str(counts.true_hits),
                 str(counts.false_hits),
                 _rate(counts.precision, counts.hits),
+                _interval(counts),
                 _rate(counts.recall, counts.same),
                 _rate(counts.false_hit_rate, counts.different),
             )

@@ -11,7 +11,14 @@ reason      the candidate is rejected when ...
 question    the two ask for a different kind of answer (who / when / where / why / how many / yes-no)
 negation    they hold a different number of negations
 numbers     their numbers, dates, times or quantities (with units) differ
+operator    an operator with its operands, a number's sign, or two words joined by a hyphen or slash
+            the other way round differ ("15 + 27" / "15 - 27", "-40" / "40", "2>&1" / "1>&2")
+code        escape sequences, regex classes, command-line flags or code identifiers differ
+            (``\\s`` / ``\\S``, ``-r`` / ``-R``, ``C++`` / ``C``)
+case        in two texts that use case, a unit or identifier differs only by case (mV / MV, Kb / KB)
 direction   a word's role around from / to / into / than is swapped
+order       two terms trade places around the same words, a content word or a one-way relation
+            (to, in, by, of, ...) between them ("divide 10 by 2" / "divide 2 by 10")
 antonym     a word of one is a listed opposite of a word of the other
 entity      a name (a capitalized word or an acronym) appears in only one of them
 content     a content word of one has no near-synonym among the other's differing words
@@ -39,17 +46,21 @@ import numpy.typing as npt
 
 from cachekit import _fork
 from cachekit.semantic.base import Embedder
+from cachekit.semantic.symbols import REASON_CASE, REASON_CODE, REASON_OPERATOR, symbols_guard
 
 __all__ = [
     "DEFAULT_WORD_THRESHOLD",
     "NEGATING_VERBS",
     "NEGATION_WORDS",
     "REASON_ANTONYM",
+    "REASON_CASE",
+    "REASON_CODE",
     "REASON_CONTENT",
     "REASON_DIRECTION",
     "REASON_ENTITY",
     "REASON_NEGATION",
     "REASON_NUMBERS",
+    "REASON_OPERATOR",
     "REASON_ORDER",
     "REASON_QUESTION",
     "STOPWORDS",
@@ -68,6 +79,7 @@ __all__ = [
     "numbers_guard",
     "order_guard",
     "question_guard",
+    "symbols_guard",
 ]
 
 REASON_QUESTION = "question"
@@ -1109,13 +1121,14 @@ def direction_guard(query: str, stored: str) -> str | None:
     return None
 
 
-#: Words relating two things symmetrically: "A and B", "A vs B", "A plus B", "compare A with B" mean
-#: the same with A and B swapped, so two terms with one of these between them may trade places.
+#: Words relating two things symmetrically: "A and B", "A vs B", "A plus B", "A times B" (read "time"
+#: once normalized), "compare A with B" mean the same with A and B swapped, so two terms with one of
+#: these between them may trade places.
 _SYMMETRIC = frozenset(
     """
     and or nor vs versus compare compared comparing comparison similar similarity different difference differ
-    equal equals equivalent same between plus sum together married marry meet met related relation
-    relationship connection link linked
+    equal equals equivalent same between plus sum time times multiplied product together married marry
+    meet met related relation relationship connection link linked
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
 
@@ -1126,20 +1139,34 @@ def _single_positions(terms: tuple[str, ...]) -> dict[str, int]:
     return {term: index for index, term in enumerate(terms) if counts[term] == 1}
 
 
+#: Words relating two terms one way (prepositions, a closed class of English): "A to B" is not "B to
+#: A", "10 by 2" not "2 by 10", "3pm EST in PST" not "3pm PST in EST", "a km in miles" not "a mile in
+#: km". The symmetric ones ("with", "between", "among", "like") are left out.
+_RELATIONS = frozenset(
+    """
+    about above across after against along around as at before behind below beneath beside beyond by
+    down during for from in inside into near of off on onto out outside over past per since than
+    through to toward towards under underneath until up upon via within
+    """.split()  # noqa: SIM905 - a word list reads better as text
+)
+
+
 def _is_term(word: str, analysis: Analysis) -> bool:
     """A content word or a number: something that can fill a role."""
     return word.startswith("#") or word in analysis.content
 
 
 def order_guard(query: str, stored: str) -> str | None:
-    """Reject when two terms (content words or numbers) trade places around the same words: the
-    roles changed while the frame stayed ("10 minus 3" / "3 minus 10", "is 17 greater than 13" / "is
-    13 greater than 17", "did the dog bite the man" / "did the man bite the dog").
+    """Reject when two terms (content words or numbers) trade places around the same words:
+    the roles changed while the frame stayed ("10 minus 3" / "3 minus 10", "is 17 greater than 13" /
+    "is 13 greater than 17", "did the dog bite the man" / "did the man bite the dog", "divide 10 by
+    2" / "divide 2 by 10", "3pm EST in PST" / "3pm PST in EST").
 
     Only terms written once in each are compared, and only when the words between them are the same
-    in both and hold a content word that is not a symmetric relation (and, vs, plus, similar, ...):
-    "A vs B" / "B vs A" passes, and so does a rewording that reorders with other words ("prison
-    rape" / "rape in prison") or moves a whole clause ("can I X if Y" / "if Y, can I X")."""
+    in both and hold a content word or a one-way relation (a preposition: to, from, in, into, by, of,
+    per, ...), and no symmetric relation (and, vs, plus, similar, ...): "A vs B" / "B vs A" passes,
+    and so does a rewording that reorders with other words ("prison rape" / "rape in prison") or
+    moves a whole clause ("can I X if Y" / "if Y, can I X")."""
     a, b = analyze(query), analyze(stored)
     in_a, in_b = _single_positions(a.terms), _single_positions(b.terms)
     shared = sorted(
@@ -1151,7 +1178,7 @@ def order_guard(query: str, stored: str) -> str | None:
         between = a.terms[in_a[x] + 1 : in_a[y]]
         if (
             between == b.terms[in_b[y] + 1 : in_b[x]]
-            and any(_is_term(w, a) for w in between)
+            and (any(_is_term(w, a) for w in between) or not _RELATIONS.isdisjoint(between))
             and _SYMMETRIC.isdisjoint(between)
         ):
             return REASON_ORDER
@@ -1272,6 +1299,7 @@ def default_guards(
         question_guard,
         negation_guard,
         numbers_guard,
+        symbols_guard,
         direction_guard,
         order_guard,
         antonym_guard,

@@ -43,7 +43,7 @@ from cachekit.semantic.partition import SemanticRequest, split_request
 from cachekit.shape import canonical
 
 if TYPE_CHECKING:
-    from cachekit.semantic.matcher import Examination, Matcher
+    from cachekit.semantic.matcher import CalibrationSource, Examination, Matcher
 
 __all__ = ["Lookup", "SemanticConfig", "SemanticLayer", "SemanticMode", "SemanticStats", "ShadowJudge"]
 
@@ -78,11 +78,17 @@ class SemanticConfig:
             target, the verifier's cosine floor, 0.6). A request can raise or lower it with
             ``x-cachekit-semantic: <number>``.
         target_precision: the share of semantic hits that should be right answers, in (0, 1]: the
-            layer then scores candidates with the shipped verifier and picks its operating point
-            from the calibration table shipped with it (:mod:`cachekit.semantic.verifier`). A target
-            the table never reached is a :class:`ConfigError` here.
-        max_false_hit_rate: ... or at most this share of question pairs needing different answers
-            served, for every kind of pair in the calibration table (negation, antonym, ...).
+            layer then scores candidates with the shipped verifier and picks the lowest operating
+            point whose precision, measured on held-out pairs, reaches the target at the lower end
+            of its 95 % confidence interval (:mod:`cachekit.semantic.verifier`). A target the
+            calibration never reached is a :class:`ConfigError` here.
+        max_false_hit_rate: ... or at most this share of pairs needing different answers served,
+            overall and for every kind of pair in the calibration (negation, antonym, ...), at the
+            upper end of each rate's interval.
+        calibration: where the operating point is read from: ``None`` for the calibration shipped
+            with the verifier, or the path of a calibration that ``cachekit semantic-eval
+            --calibrate PAIRS.jsonl --out CAL.json`` wrote from your own labelled pairs (or of a
+            whole verifier file built with ``scripts/build_semantic_verifier.py``).
         verifier: allow the verifier (all-MiniLM-L6-v2 only) where a precision target asks for it.
         guards: run the guards (negation, numbers, order, changed content words, ...). Turning them
             off (which turns the verifier off too) is for measurement only.
@@ -110,6 +116,7 @@ class SemanticConfig:
     threshold: float | None = None
     target_precision: float | None = None
     max_false_hit_rate: float | None = None
+    calibration: CalibrationSource | None = None
     verifier: bool = True
     guards: bool = True
     allow_sampling: bool = False
@@ -138,11 +145,16 @@ class SemanticConfig:
         targeted = (self.target_precision, self.max_false_hit_rate) != (None, None)
         if targeted and not (self.verifier and self.guards):
             raise ConfigError("a precision target needs the guards and the verifier (both on by default)")
+        if self.calibration is not None and not targeted:
+            raise ConfigError(
+                "a calibration is read for a target: set target_precision or max_false_hit_rate"
+            )
         if targeted:
-            from cachekit.semantic.verifier import load_verifier, operating_point
+            from cachekit.semantic.verifier import load_calibration, load_verifier, operating_point
 
+            source = self.calibration if self.calibration is not None else load_verifier()
             operating_point(  # a target nobody measured is refused now, not at the first lookup
-                load_verifier(),
+                load_calibration(source)[1],
                 target_precision=self.target_precision,
                 max_false_hit_rate=self.max_false_hit_rate,
             )
@@ -277,6 +289,7 @@ class SemanticLayer:
                         verifier=config.verifier,
                         target_precision=config.target_precision,
                         max_false_hit_rate=config.max_false_hit_rate,
+                        calibration=config.calibration,
                     )
         return self._matcher
 

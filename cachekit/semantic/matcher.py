@@ -18,7 +18,12 @@ from cachekit.semantic.base import Candidate, Embedder
 from cachekit.semantic.guards import ContentWordGuard, Guard, default_guards
 
 if TYPE_CHECKING:
-    from cachekit.semantic.verifier import Verifier
+    import os
+
+    from cachekit.semantic.verifier import Calibration, Verifier
+
+    #: What ``SemanticConfig(calibration=...)`` accepts (:func:`cachekit.semantic.verifier.load_calibration`).
+    CalibrationSource = str | os.PathLike[str] | Calibration | Verifier
 
 __all__ = ["DEFAULT_THRESHOLD", "REASON_VERIFIER", "Examination", "MatchResult", "Matcher", "build_matcher"]
 
@@ -120,6 +125,8 @@ class Matcher:
             self.guards = tuple(g for g in self.guards if not isinstance(g, ContentWordGuard))
         self.verifier = verifier
         self.min_score = min_score
+        #: The calibration the operating point ``min_score`` was read from (``None``: set by hand).
+        self.calibration: Calibration | None = None
         if verifier is not None and self.words is None:
             self.words = ContentWordGuard(embedder)
         self._rejected: Counter[str] = Counter()
@@ -203,6 +210,7 @@ def build_matcher(
     verifier: bool = True,
     target_precision: float | None = None,
     max_false_hit_rate: float | None = None,
+    calibration: CalibrationSource | None = None,
 ) -> Matcher:
     """The matcher a semantic layer (or ``semantic-eval``) runs with these settings.
 
@@ -210,30 +218,35 @@ def build_matcher(
     target (``target_precision`` / ``max_false_hit_rate``), the guards and the verifier on, where
     cachekit ships a verifier for ``embedder``'s model: the verifier's cosine floor (or
     ``threshold``), every guard but the content-word one, and a verifier score at the operating point
-    that the calibration table gives for the target
-    (:func:`~cachekit.semantic.verifier.operating_point`). A target cachekit cannot honour (another
-    model, guards or verifier off) is refused, since nothing calibrated it.
+    that the calibration gives for the target (:func:`~cachekit.semantic.verifier.operating_point`):
+    the shipped one, or ``calibration`` (a file ``semantic-eval --calibrate`` wrote from your own
+    labelled pairs, or a whole verifier file built locally). A target cachekit cannot honour
+    (another model, guards or verifier off) is refused, since nothing calibrated it.
 
     The verifier is not the default because on the development pairs it does not beat the
     content-word guard at the default operating point (docs/semantic.md has the figures); it is what
     makes a stated precision possible.
     """
-    from cachekit.semantic.verifier import load_verifier, operating_point
+    from cachekit.semantic.verifier import load_calibration, load_verifier, operating_point
 
     targeted = target_precision is not None or max_false_hit_rate is not None
-    shipped = load_verifier() if guards and verifier and targeted else None
     # An embedder may keep another model's calibration (the bundled ONNX MiniLM keeps the
     # sentence-transformers one): ``calibrated_as`` names that model's id.
     calibrated_as = getattr(embedder, "calibrated_as", None)
     ids = [embedder.model_id, *([calibrated_as] if isinstance(calibrated_as, str) else [])]
-    if shipped is None or not any(shipped.serves(model_id) for model_id in ids):
-        if target_precision is not None or max_false_hit_rate is not None:
-            raise ConfigError(
-                "target_precision and max_false_hit_rate need the calibrated verifier, which cachekit "
-                f"ships for {load_verifier().model} with guards and verifier on; set a threshold instead"
-            )
+    if calibration is not None and not targeted:
+        raise ConfigError("a calibration is read for a target: set target_precision or max_false_hit_rate")
+    if not targeted:
         limit = DEFAULT_THRESHOLD if threshold is None else threshold
         return Matcher(embedder, threshold=limit, guards=None if guards else ())
-    point = operating_point(shipped, target_precision=target_precision, max_false_hit_rate=max_false_hit_rate)
-    limit = shipped.cosine_floor if threshold is None else threshold
-    return Matcher(embedder, threshold=limit, verifier=shipped, min_score=point)
+    chosen, table = load_calibration(calibration if calibration is not None else load_verifier())
+    if not (guards and verifier and any(chosen.serves(model_id) for model_id in ids)):
+        raise ConfigError(
+            "target_precision and max_false_hit_rate need the calibrated verifier, which cachekit "
+            f"ships for {chosen.model} with guards and verifier on; set a threshold instead"
+        )
+    point = operating_point(table, target_precision=target_precision, max_false_hit_rate=max_false_hit_rate)
+    limit = chosen.cosine_floor if threshold is None else threshold
+    matcher = Matcher(embedder, threshold=limit, verifier=chosen, min_score=point)
+    matcher.calibration = table
+    return matcher

@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 #: File arguments by metavar: what the argument reads, or the suffix it writes.
-INPUTS = {"A.json", "B.json", "REQUEST.json", "TRACES.jsonl", "PAIRS.jsonl", "PATH", "JSON"}
-OUTPUTS = {"PNG": ".png"}
+INPUTS = {"A.json", "B.json", "REQUEST.json", "TRACES.jsonl", "PAIRS.jsonl", "PATH", "JSON", "CAL.json"}
+OUTPUTS = {"PNG": ".png", "OUT.json": ".json"}
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:
@@ -408,8 +408,12 @@ def file_cases() -> Iterator[Case]:
 
             if metavar in OUTPUTS:
                 option = action.option_strings[0]
-                yield Case(with_value("{work}/out.txt"), 2, (option, "out.txt", ".png"))
-                yield Case(with_value("{work}/a-file/out.png"), 2, (option, "a-file", "not a folder"))
+                yield Case(with_value("{work}/out.txt"), 2, (option, "out.txt", OUTPUTS[metavar]))
+                yield Case(
+                    with_value(f"{{work}}/a-file/out{OUTPUTS[metavar]}"),
+                    2,
+                    (option, "a-file", "not a folder"),
+                )
                 continue
             suffix = ".sqlite3" if metavar == "PATH" else ".jsonl" if metavar.endswith(".jsonl") else ".json"
             other = {

@@ -23,6 +23,8 @@ KEYS = [
     "true_hits",
     "false_hits",
     "precision",
+    "precision_low",
+    "precision_high",
     "recall",
     "false_hit_rate",
     "by_kind",

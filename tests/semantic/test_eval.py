@@ -18,9 +18,21 @@ from cachekit.semantic.base import Candidate, Embedder
 from cachekit.semantic.embedders import default_embedder
 from cachekit.semantic.evaluate import Counts, Pair, evaluate, load_pairs, render_text
 from cachekit.semantic.matcher import DEFAULT_THRESHOLD
+from cachekit.semantic.verifier import wilson_interval
 
 PAIRS_DEV = Path(__file__).resolve().parents[1] / "fixtures" / "pairs-sample.jsonl"  # see fixtures/README.md
-KEYS = ["pairs", "same", "different", "true_hits", "false_hits", "precision", "recall", "false_hit_rate"]
+KEYS = [
+    "pairs",
+    "same",
+    "different",
+    "true_hits",
+    "false_hits",
+    "precision",
+    "precision_low",
+    "precision_high",
+    "recall",
+    "false_hit_rate",
+]
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +87,8 @@ def counts(
         "true_hits": true_hits,
         "false_hits": false_hits,
         "precision": p,
+        "precision_low": wilson_interval(true_hits, true_hits + false_hits)[0],
+        "precision_high": wilson_interval(true_hits, true_hits + false_hits)[1],
         "recall": r,
         "false_hit_rate": f,
     }

@@ -226,9 +226,9 @@ def test_a_precision_target_runs_the_shipped_verifier_on_the_onnx_vectors(
     onnx: OnnxEmbedder, tmp_path: Path
 ) -> None:
     """The bundled int8 model keeps all-MiniLM-L6-v2's calibration (measured: the same precision and
-    recall with the verifier at target 0.85 on the Quora dev pairs, docs/semantic.md); another ONNX
+    recall with the verifier on the Quora dev pairs, docs/semantic.md); another ONNX
     file does not, and a precision target is refused for it as for any uncalibrated model."""
-    matcher = build_matcher(onnx, target_precision=0.85)
+    matcher = build_matcher(onnx, target_precision=0.5)
     assert matcher.verifier is not None
     assert matcher.verifier.model == "st:all-MiniLM-L6-v2"
     a, b = "How do I reset my password?", "How can I reset my password?"
@@ -241,4 +241,4 @@ def test_a_precision_target_runs_the_shipped_verifier_on_the_onnx_vectors(
     custom = OnnxEmbedder(other, tokenizer=onnx.tokenizer_path)
     assert custom.calibrated_as is None
     with pytest.raises(ConfigError, match="need the calibrated verifier"):
-        build_matcher(custom, target_precision=0.85)
+        build_matcher(custom, target_precision=0.5)

@@ -19,19 +19,21 @@ from cachekit.errors import ConfigError
 from cachekit.semantic import SemanticConfig, SemanticLayer
 from cachekit.semantic.embedders import default_embedder
 from cachekit.semantic.evaluate import Pair, curve, evaluate
-from cachekit.semantic.verifier import FEATURES
+from cachekit.semantic.verifier import FEATURES, load_verifier, wilson_interval
 from tests.conftest import Harness
 from tests.redis_servers import redis8_server  # noqa: F401 - the session fixture
 
 pytestmark = pytest.mark.slow
 
 WEIGHTS = Path(cachekit.__file__).parent / "semantic" / "verifier-minilm.json"
+#: A precision target the shipped calibration reaches (see TARGETS).
+REACHABLE = 0.5
 
 #: Pairs whose words are (nearly) the same but whose answers differ: the roles, the place of a
 #: negation, or a compound's opposite part changed. Each with the guard that must refuse it.
 STRUCTURE = [
-    ("What is 10 minus 3?", "What is 3 minus 10?", "order"),
-    ("Is 17 greater than 13?", "Is 13 greater than 17?", "order"),
+    ("What is 10 minus 3?", "What is 3 minus 10?", "operator"),  # the operator with its operands
+    ("Is 17 greater than 13?", "Is 13 greater than 17?", "operator"),
     ("Did the dog bite the man?", "Did the man bite the dog?", "order"),
     ("Does Alice owe Bob money?", "Does Bob owe Alice money?", "order"),
     ("The report does not say the drug is safe.", "The report says the drug is not safe.", "negation"),
@@ -95,7 +97,7 @@ def test_symmetric_relations_and_moved_clauses_pass_the_order_guard(stored: str,
     assert order_guard(query, stored) is None
 
 
-@pytest.mark.parametrize("semantic", [True, SemanticConfig(target_precision=0.8)])
+@pytest.mark.parametrize("semantic", [True, SemanticConfig(target_precision=REACHABLE)])
 def test_a_paraphrase_is_still_served(harness: Harness, semantic: Any) -> None:
     sdk = openai_sdk(harness, semantic)
     ask(sdk, "How do I reset my account password?")
@@ -107,21 +109,30 @@ def shipped() -> dict[str, Any]:
     return json.loads(WEIGHTS.read_text(encoding="utf-8"))
 
 
-def test_the_shipped_verifier_records_its_data_terms_and_calibration() -> None:
+def test_the_shipped_verifier_holds_its_weights_and_a_calibration_table() -> None:
     document = shipped()
     assert document["features"] == list(FEATURES)
     assert len(document["weights"]) == len(FEATURES)
-    assert "research use" in document["fitted_on"]
-    assert "CC BY-SA 4.0" in document["fitted_on"]
-    assert "never fitted on" in document["calibrated_on"]
-    thresholds = [row["threshold"] for row in document["calibration"]]
+    assert "never fitted on" in document["calibration"]["calibrated_on"]
+    thresholds = [row["threshold"] for row in document["calibration"]["rows"]]
     assert thresholds == sorted(thresholds)
     assert len(thresholds) >= 5
 
 
-@pytest.mark.parametrize("target", [0.75, 0.8, 0.85])
-def test_target_precision_picks_the_lowest_calibrated_point_that_reaches_it(target: float) -> None:
-    expected = min(row["threshold"] for row in shipped()["calibration"] if row["precision"] >= target)
+#: Precision targets the shipped calibration reaches with confidence. It is measured on natural
+#: held-out pairs (CANNOT statements, fow-cache questions), where the verifier fitted on shippable data
+#: reaches a lower bound of 0.62 at best: a higher target needs the user's own calibration.
+TARGETS = (0.4, 0.5, 0.6)
+
+
+def lower_bound(row: dict[str, Any]) -> float:
+    return wilson_interval(row["right"], row["right"] + row["wrong"])[0]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_target_precision_picks_the_lowest_point_whose_lower_bound_reaches_it(target: float) -> None:
+    rows = shipped()["calibration"]["rows"]
+    expected = min(row["threshold"] for row in rows if lower_bound(row) >= target)
     layer = SemanticLayer(SemanticConfig(target_precision=target))
     try:
         assert layer.matcher.verifier is not None
@@ -132,11 +143,11 @@ def test_target_precision_picks_the_lowest_calibrated_point_that_reaches_it(targ
 
 
 def test_max_false_hit_rate_bounds_every_kind() -> None:
-    rows = shipped()["calibration"]
-    expected = min(
-        r["threshold"] for r in rows if max([r["false_hit_rate"], *r["false_hit_by_kind"].values()]) <= 0.01
-    )
-    layer = SemanticLayer(SemanticConfig(max_false_hit_rate=0.01))
+    calibration = load_verifier().calibration
+    reachable = min(row.false_hit_high() for row in calibration.rows)
+    limit = round(reachable + 0.005, 3)
+    expected = min(r.threshold for r in calibration.rows if r.false_hit_high() <= limit)
+    layer = SemanticLayer(SemanticConfig(max_false_hit_rate=limit))
     try:
         assert layer.matcher.min_score == expected
     finally:
@@ -144,7 +155,7 @@ def test_max_false_hit_rate_bounds_every_kind() -> None:
 
 
 def test_a_precision_nobody_measured_is_refused() -> None:
-    best = max(row["precision"] for row in shipped()["calibration"])
+    best = max(lower_bound(row) for row in shipped()["calibration"]["rows"])
     with pytest.raises(ConfigError, match="no calibrated operating point"):
         SemanticConfig(target_precision=min(1.0, best + 0.001) if best < 1.0 else 1.0, max_false_hit_rate=0.0)
     with pytest.raises(ConfigError, match="target_precision"):
@@ -190,7 +201,7 @@ def test_index_mode_stores_every_question_in_one_partition_and_judges_the_served
 
 def test_curve_is_monotone_in_hits_and_matches_the_report_at_its_point() -> None:
     embedder = default_embedder()
-    report = evaluate(INDEX_PAIRS, embedder=embedder, target_precision=0.8)
+    report = evaluate(INDEX_PAIRS, embedder=embedder, target_precision=REACHABLE)
     assert report.operating_point is not None
     rows = curve(report)
     hits = [counts.hits for _, counts in rows]
@@ -212,7 +223,7 @@ def test_semantic_eval_cli_index_curve_and_compare(tmp_path: Path) -> None:
             "--index-size",
             "3",
             "--target-precision",
-            "0.8",
+            str(REACHABLE),
             "--curve",
             "--compare",
             "threshold=0.9 no-verifier",
@@ -249,9 +260,9 @@ def test_without_a_target_the_layer_runs_the_threshold_and_every_guard() -> None
         assert any(isinstance(g, ContentWordGuard) for g in layer.matcher.guards)
     finally:
         layer.close()
-    assert WEIGHTS.stat().st_size < 16_000  # small enough to ship in the package
+    assert WEIGHTS.stat().st_size < 32_000  # small enough to ship in the package (rows of counts)
     with pytest.raises(ConfigError, match="guards and the verifier"):
-        SemanticConfig(target_precision=0.8, verifier=False)
+        SemanticConfig(target_precision=REACHABLE, verifier=False)
 
 
 class OtherModel:
@@ -275,7 +286,7 @@ def test_another_embedder_runs_threshold_and_guards_and_refuses_a_precision_targ
     assert matcher.threshold == DEFAULT_THRESHOLD
     assert any(isinstance(g, ContentWordGuard) for g in matcher.guards)
     with pytest.raises(ConfigError, match="calibrated verifier"):
-        build_matcher(OtherModel(), target_precision=0.8)
+        build_matcher(OtherModel(), target_precision=REACHABLE)
 
 
 def test_structure_refusals_and_a_precision_target_on_a_redis8_index(
@@ -286,14 +297,24 @@ def test_structure_refusals_and_a_precision_target_on_a_redis8_index(
     server = request.getfixturevalue("redis8_server")
     index = RedisVectorIndex(server.url, prefix=f"prec-{uuid.uuid4().hex[:8]}:")
     try:
-        sdk = openai_sdk(harness, SemanticConfig(index=index, target_precision=0.8))
+        sdk = openai_sdk(harness, SemanticConfig(index=index, target_precision=REACHABLE))
         ask(sdk, "What is 10 minus 3?")
         swapped = ask(sdk, "What is 3 minus 10?")
         assert swapped.headers["x-cachekit-cache"] == "miss"
-        assert "order" in swapped.headers["x-cachekit-semantic-refused"]
+        assert "operator" in swapped.headers["x-cachekit-semantic-refused"]
         ask(sdk, "How do I reset my account password?")
         assert (
             ask(sdk, "How can I reset the password of my account?").headers["x-cachekit-cache"] == "semantic"
         )
     finally:
         index.close()
+
+
+def test_the_shipped_calibration_supports_what_the_docs_say() -> None:
+    """docs/semantic.md: targets up to 0.6 from the shipped calibration, 0.7 refused; a false-hit
+    bound under 0.32 needs the user's own calibration (a dozen pairs of some kinds)."""
+    SemanticConfig(target_precision=0.6)
+    with pytest.raises(ConfigError, match="no calibrated operating point"):
+        SemanticConfig(target_precision=0.7)
+    with pytest.raises(ConfigError, match="no calibrated operating point"):
+        SemanticConfig(max_false_hit_rate=0.32)
