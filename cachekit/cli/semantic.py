@@ -251,9 +251,12 @@ def _adversarial(pairs: list[Any]) -> dict[str, int]:
 def _about(report: Any, pairs: list[Any], args: argparse.Namespace) -> str:
     """The lines under the table: whether the verifier ran, and whether the sample is adversarial."""
     if report.operating_point is not None:
-        source = (
-            f"the calibration {args.calibration}" if args.calibration else "cachekit's shipped calibration"
-        )
+        source = "cachekit's shipped calibration"
+        if args.calibration:  # the user's own: where it was measured is theirs to see
+            from cachekit.semantic.verifier import load_calibration
+
+            measured = load_calibration(args.calibration)[1].calibrated_on
+            source = f"the calibration {args.calibration}, measured on {measured}"
         verifier = f"verifier: on, at score {report.operating_point:g} (from {source})"
     elif args.no_verifier:
         verifier = "verifier: off (--no-verifier)"
