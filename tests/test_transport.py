@@ -154,7 +154,10 @@ class _FailingStore(MemoryStore):
 
 def test_a_failing_store_never_fails_the_call(caplog: pytest.LogCaptureFixture) -> None:
     upstream = FakeUpstream()
-    transport = cachekit.CachingTransport(upstream, cache=_FailingStore())
+    # The longest cooldown there is: the breaker, once open, stays open for this test however slowly a
+    # busy machine runs it (a 1 s default let a probe through between the two calls).
+    config = cachekit.CacheConfig(store=_FailingStore(), breaker_cooldown=30)
+    transport = cachekit.CachingTransport(upstream, cache=config)
     with httpx2.Client(transport=transport) as client:
         for _ in range(2):
             r = client.post("https://api.openai.com/v1/chat/completions", json=openai_chat())
