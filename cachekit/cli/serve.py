@@ -18,7 +18,15 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
     from cachekit.local import LocalBackend, LocalServer, make_engine
 
     try:
-        engine = make_engine(args.engine, model=args.model, device=args.device)
+        options: dict[str, Any] = {}
+        if args.script is not None:
+            if args.engine != "scripted":
+                out.write("cachekit serve: --script needs the scripted engine (--engine scripted)\n")
+                return 2
+            from cachekit.local import load_script
+
+            options["script"] = load_script(args.script)
+        engine = make_engine(args.engine, model=args.model, device=args.device, **options)
         backend = LocalBackend(engine, rules=args.rules, accept_any_model=args.any_model)
         server = LocalServer(backend, host=args.host, port=args.port)
     except (CachekitError, OSError, ValueError) as exc:
@@ -70,6 +78,12 @@ def _add_serve(commands: Any) -> None:
         "--any-model",
         action="store_true",
         help="accept every model name (default: the models in cachekit's price and cache-rule tables)",
+    )
+    serve.add_argument(
+        "--script",
+        default=None,
+        metavar="FILE",
+        help="scripted engine: answer from this JSON file of turns (docs/local.md#script-files)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8765, help="the port to listen on (default: %(default)s)")

@@ -42,6 +42,7 @@ from cachekit.local.engine import (
     Turn,
     WebSearch,
 )
+from cachekit.local.script_file import ScriptFile, load_script
 from cachekit.local.scripted import (
     REDACTED_THINKING_TRIGGER,
     REFUSAL_TRIGGER,
@@ -74,6 +75,7 @@ __all__ = [
     "Reply",
     "Rules",
     "Script",
+    "ScriptFile",
     "ScriptedEngine",
     "Text",
     "Thinking",
@@ -83,6 +85,7 @@ __all__ = [
     "ToolSpec",
     "Turn",
     "WebSearch",
+    "load_script",
     "make_engine",
 ]
 
