@@ -459,7 +459,11 @@ def test_malformed_anthropic_content_is_a_400(where: dict[str, Any], content: An
 
 def test_schemas_cannot_blow_up_the_scripted_answer(where: dict[str, Any]) -> None:
     nested = {"type": "array", "minItems": 10**7, "items": {"type": "array", "minItems": 10**7, "items": {}}}
-    schema = {"type": "object", "properties": {"rows": nested, "n": {"type": "integer", "minimum": "3"}}}
+    schema = {
+        "type": "object",
+        "properties": {"rows": nested, "n": {"type": "integer", "minimum": "3"}},
+        "required": ["rows", "n"],  # a call fills the required properties
+    }
     with claude(where) as client:
         message = client.messages.create(
             **ask("Fill the table"),

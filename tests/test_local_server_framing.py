@@ -36,6 +36,7 @@ CAP = 8192
 MODEL = "claude-sonnet-4-5"
 HEAD = b"POST /v1/messages HTTP/1.1\r\nHost: local\r\nx-api-key: k\r\ncontent-type: application/json\r\n"
 
+
 @functools.cache
 def _oracle() -> LocalBackend:
     """Backends answer the scripted engine's deterministic reply for a body: this one is the oracle
