@@ -15,7 +15,8 @@ import openai
 import orjson
 import pytest
 
-from cachekit.local import Prompt, ScriptedEngine, ToolSpec
+from cachekit.local import ByteTokenizer, Prompt, ScriptedEngine, ToolSpec
+from cachekit.local.parse import parse
 from cachekit.local.scripted import call_of, example
 from tests.local.conftest import CLAUDE, GPT, typed
 
@@ -335,3 +336,33 @@ def test_the_engine_calls_with_valid_arguments_end_to_end(gpt: openai.OpenAI) ->
     engine = ScriptedEngine()
     prompt = Prompt(model=GPT, turns=(), tools=(ToolSpec("tool", parameters=SCHEMAS[2]),))
     assert engine.prompt_tokens(prompt) > 0
+
+
+def test_one_answers_items_make_one_turn_and_their_outputs_tool_turns() -> None:
+    """Responses items of one answer (reasoning, message, calls) are one assistant turn; each call's
+    output, a custom tool's included, is a tool turn naming its call."""
+    items = [
+        {"role": "user", "content": "Go"},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "On it."}]},
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "lookup",
+            "arguments": '{"id": 4}',
+            "namespace": "crm",
+        },
+        {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "diff"},
+        {"type": "function_call_output", "call_id": "c1", "output": "found"},
+        {"type": "custom_tool_call_output", "call_id": "c2", "output": "applied"},
+    ]
+    prompt = parse("openai_responses", {"model": GPT, "input": items}, ByteTokenizer()).prompt
+    assert [turn.role for turn in prompt.turns] == ["user", "assistant", "tool", "tool"]
+    answer = prompt.turns[1]
+    assert answer.text == "On it."
+    assert [(c.name, c.namespace, c.input) for c in answer.tool_calls] == [
+        ("lookup", "crm", None),
+        ("apply_patch", None, "diff"),
+    ]
+    assert [(t.tool_call_id, t.text) for t in prompt.turns[2:]] == [("c1", "found"), ("c2", "applied")]
+    assert prompt.answer_index == 1
