@@ -153,6 +153,8 @@ def test_an_openai_responses_agent_loop(served: str) -> None:
         results = [_run(lookup, "Ada, premium"), _run(patch, "applied"), _run(note, "noted")]
         usage = first.usage
         assert usage is not None
+        # The reasoning is counted: its tokens are part of the output the turn bills.
+        assert 0 < usage.output_tokens_details.reasoning_tokens < usage.output_tokens
         threshold = usage.input_tokens + 1  # this turn's prompt is longer: it compacts
         second = _turn(
             gpt,
@@ -223,6 +225,9 @@ def test_an_anthropic_messages_agent_loop(served: str) -> None:
         assert (weather.name, weather.input, bash.name) == ("get_weather", {"city": "Oslo"}, "bash")
         assert isinstance(bash.input["command"], str)
         assert first.usage.cache_creation_input_tokens > 50_000
+        details = first.usage.output_tokens_details  # the thinking is counted in the output
+        assert details is not None
+        assert 0 < details.thinking_tokens < first.usage.output_tokens
         # The thinking block goes back with its signature, then the results.
         messages += [
             {

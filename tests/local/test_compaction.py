@@ -9,9 +9,10 @@ import anthropic
 import openai
 import pytest
 
-from cachekit.local import LocalServer
+from cachekit.local import ByteTokenizer, LocalServer
 from cachekit.local.backend import tenant_of
-from cachekit.local.compaction import open_item
+from cachekit.local.compaction import open_item, seal
+from cachekit.local.parse import parse
 from tests.local.conftest import CLAUDE, GPT, gpt_client, typed
 
 LONG = " ".join(f"Fact {i}: the archive keeps record {i} on shelf {i % 7}." for i in range(400))
@@ -149,3 +150,19 @@ def test_anthropic_on_demand_compaction(claude: anthropic.Anthropic) -> None:
         claude.beta.messages.create(
             model=CLAUDE, max_tokens=64, betas=[COMPACT], compaction={"type": "summarize"}, messages=messages
         )
+
+
+def test_only_the_api_key_that_made_a_compaction_reads_it() -> None:
+    """A compaction item counts the answers it summarized for the key that made it; another key's
+    (or a forged one) is context that summarized nothing the backend can count."""
+    mine, theirs = tenant_of({"authorization": "Bearer k1"}), tenant_of({"authorization": "Bearer k2"})
+    sealed = seal(mine, 3)
+    assert open_item(mine, sealed) == 3
+    assert open_item(theirs, sealed) is None
+    items = [
+        {"type": "compaction", "encrypted_content": sealed},
+        {"role": "user", "content": "Go on"},
+    ]
+    payload = {"model": GPT, "input": items}
+    assert parse("openai_responses", payload, ByteTokenizer(), salt=mine).prompt.answer_index == 3
+    assert parse("openai_responses", payload, ByteTokenizer(), salt=theirs).prompt.answer_index == 0

@@ -119,7 +119,8 @@ def test_beta_fields_need_their_beta_header(server: LocalServer) -> None:
     assert refused.status_code == 400
     assert refused.json()["error"]["message"] == "context_management: Extra inputs are not permitted"
     wrong = _post(server, "/v1/messages", body, **{"anthropic-beta": "compact-2026-09-04"})
-    assert wrong.status_code == 400
+    assert wrong.status_code == 400  # another beta's header does not enable the field
+    assert wrong.json()["error"]["message"] == "context_management: Extra inputs are not permitted"
     taken = _post(server, "/v1/messages", body, **{"anthropic-beta": "context-management-2025-06-27"})
     assert taken.status_code == 200
     assert taken.json()["context_management"] == {"applied_edits": []}
