@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import operator
 import os
@@ -49,6 +50,51 @@ BASE_URLS = {
     "anthropic": "https://api.anthropic.com",
     "openai": "https://api.openai.com/v1",
 }
+_CLASSES = {"anthropic": "Anthropic", "openai": "OpenAI"}
+
+
+def sdk_client(
+    provider: str,
+    mode: str = "sync",
+    *,
+    transport: Any = None,
+    cache: Any = None,
+    plain: bool = False,
+    api_key: str | None = "sk-test-1",
+    base_url: str | None = None,
+    http_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> Any:
+    """The suite's one factory of SDK clients: cachekit's drop-in for ``provider`` (``"anthropic"`` or
+    ``"openai"``) in ``mode`` (``"sync"`` or ``"async"``), or the SDK's own class with ``plain=True``.
+
+    ``transport`` (a :class:`FakeUpstream`, a ``LocalTransport``, ...) goes under an ``httpx2`` client
+    of the mode, made with ``http_options`` (event hooks, ...); without one the SDK makes its own client
+    (real HTTP, to a ``LocalServer``). ``base_url`` defaults to the provider's API, ``max_retries`` to
+    0 (tests count upstream calls); ``cache`` is the drop-in's ``cache=`` and any other keyword goes to
+    the constructor.
+    """
+    if mode not in ("sync", "async"):
+        raise ValueError(f"mode is 'sync' or 'async', not {mode!r}")
+    name = ("Async" if mode == "async" else "") + _CLASSES[provider]
+    if transport is not None:
+        http = httpx2.AsyncClient if mode == "async" else httpx2.Client
+        options["http_client"] = http(transport=transport, **(http_options or {}))
+    options.setdefault("max_retries", 0)
+    options["base_url"] = BASE_URLS[provider] if base_url is None else base_url
+    if plain:
+        if cache is not None:
+            raise ValueError("a plain SDK client takes no cache")
+        sdk_class = getattr(importlib.import_module(provider), name)
+        return sdk_class(api_key=api_key, **options)
+    return getattr(cachekit, name)(api_key=api_key, cache=cache, **options)
+
+
+def memory_transport(upstream: Any, **config: Any) -> cachekit.CachingTransport:
+    """cachekit's sync transport over ``upstream``, with a fresh memory store and no ledger."""
+    return cachekit.CachingTransport(
+        upstream, cache=cachekit.CacheConfig(store=MemoryStore(), ledger=False, **config)
+    )
 
 
 class SDK:
@@ -74,6 +120,9 @@ class SDK:
     def with_options(self, **options: Any) -> SDK:
         return SDK(self.client.with_options(**options), self._loop)
 
+    def copy(self, **options: Any) -> SDK:
+        return SDK(self.client.copy(**options), self._loop)
+
     def close(self) -> None:
         self.run(self.client.close())
 
@@ -89,22 +138,18 @@ class Harness:
         self._clients: list[SDK] = []
 
     def sdk(self, provider: str, *, api_key: str = "sk-test-1", cache: Any = None, **kwargs: Any) -> SDK:
-        name = {"anthropic": "Anthropic", "openai": "OpenAI"}[provider]
-        if self._loop is not None:
-            name = "Async" + name
-            http_client: Any = httpx2.AsyncClient(transport=self.upstream)
-        else:
-            http_client = httpx2.Client(transport=self.upstream)
-        kwargs.setdefault("max_retries", 0)
         kwargs.setdefault("_strict_response_validation", True)
-        client = getattr(cachekit, name)(
-            api_key=api_key,
-            base_url=BASE_URLS[provider],
-            http_client=http_client,
-            cache=self.store if cache is None else cache,
-            **kwargs,
+        sdk = SDK(
+            sdk_client(
+                provider,
+                self.mode,
+                transport=self.upstream,
+                api_key=api_key,
+                cache=self.store if cache is None else cache,
+                **kwargs,
+            ),
+            self._loop,
         )
-        sdk = SDK(client, self._loop)
         self._clients.append(sdk)
         return sdk
 

@@ -325,8 +325,9 @@ class RedisServer(_Started):
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def command(self, *args: str | bytes | int | float, timeout: float = 10.0) -> object:
-        """Run one command on a fresh connection and return its reply (redis-py, bytes replies)."""
+    def command(self, *args: str | bytes | int | float, timeout: float = 10.0) -> Any:
+        """Run one command on a fresh connection and return its reply (redis-py, bytes replies; its type
+        is the command's, hence ``Any``)."""
         import redis
 
         client = redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=timeout)

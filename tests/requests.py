@@ -14,6 +14,7 @@ WEATHER_SCHEMA = {
     "required": ["city"],
 }
 TIME_SCHEMA = {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}
+CHAT_URL = "https://api.openai.com/v1/chat/completions"
 
 
 def anthropic_messages() -> dict[str, Any]:
@@ -120,3 +121,12 @@ DIALECTS = [
     ("openai", "chat.completions.create", openai_chat),
     ("openai", "responses.create", openai_responses),
 ]
+
+
+def chat_question(question: str, stream: bool = False) -> dict[str, Any]:
+    """A Chat body of one question: distinct questions make distinct requests."""
+    body: dict[str, Any] = {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": question}]}
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}  # a Chat stream reports usage only if asked
+    return body

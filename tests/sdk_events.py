@@ -31,13 +31,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import anthropic
-import httpx2
-import openai
+from anthropic.types import Message
 from pydantic import BaseModel
 
 from cachekit._types import Dialect
 from cachekit.testing import FakeUpstream
+from tests.conftest import sdk_client
 
 # (class name, field): extras the API sends that the SDK's stream helper types later.
 ALLOWED_EXTRAS = frozenset(
@@ -60,25 +59,27 @@ class Read:
     final: Any
 
 
-def _client(sdk: Any, raw: bytes) -> Any:
+def first_text(message: Message) -> str:
+    """The text of an Anthropic answer whose first block must be text."""
+    block = message.content[0]
+    assert block.type == "text", block.type
+    return block.text
+
+
+def _client(provider: str, raw: bytes) -> Any:
     upstream = FakeUpstream()
     upstream.respond_next(200, raw, "text/event-stream")
-    return sdk(
-        api_key="k",
-        http_client=httpx2.Client(transport=upstream),
-        max_retries=0,
-        _strict_response_validation=True,
-    )
+    return sdk_client(provider, transport=upstream, plain=True, api_key="k", _strict_response_validation=True)
 
 
 def read_stream(dialect: Dialect, raw: bytes) -> Read:
     """``raw`` read by the SDK of ``dialect`` (strict validation on) through its stream helper."""
     if dialect == "anthropic_messages":
-        client = _client(anthropic.Anthropic, raw)
+        client = _client("anthropic", raw)
         with client.messages.stream(model="claude-sonnet-4-5", max_tokens=64, messages=_QUESTION) as stream:
             events = list(stream)
             return Read(events, stream.get_final_message())
-    client = _client(openai.OpenAI, raw)
+    client = _client("openai", raw)
     if dialect == "openai_chat":
         with client.chat.completions.stream(model="gpt-4o", messages=_QUESTION) as chat:
             events = list(chat)

@@ -253,6 +253,11 @@ def _strategy(hint: Any) -> st.SearchStrategy[Any]:
     return st.one_of([_member_strategy(member) for member in members])
 
 
+def _deferred(hint: Any) -> st.SearchStrategy[Any]:
+    """The strategy of ``hint``, built on first draw (types may refer to themselves)."""
+    return st.deferred(lambda: _strategy(hint))
+
+
 @functools.cache
 def _member_strategy(member: Any) -> st.SearchStrategy[Any]:
     origin = typing.get_origin(member)
@@ -281,9 +286,9 @@ def _typed_dict(cls: Any) -> st.SearchStrategy[Any]:
         if key == "cache_control":
             required[key] = st.none()
         elif key in _required(cls):
-            required[key] = st.deferred(lambda value=value: _strategy(value))
+            required[key] = _deferred(value)
         elif _reaches_marker(value):
-            optional[key] = st.deferred(lambda value=value: _strategy(value))
+            optional[key] = _deferred(value)
     return st.fixed_dictionaries(required, optional=optional)
 
 

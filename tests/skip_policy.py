@@ -154,7 +154,7 @@ def _extras_providing(module: str) -> list[str]:
     """The extras of pyproject.toml that require a distribution of that import name (best effort:
     the distribution's normalized name), ``all`` and ``dev`` last."""
     try:
-        import tomllib
+        import tomllib  # type: ignore[import-not-found, unused-ignore]  # Python 3.11+; mypy checks as 3.10
     except ModuleNotFoundError:  # Python 3.10: the reason just names no extra
         return []
     try:

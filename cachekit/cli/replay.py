@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any, TextIO
 
 from cachekit._progress import ProgressPrinter
+from cachekit.cli import _common
+from cachekit.cli._common import at_least, between, input_file, say
 
 __all__ = ["register"]
 
@@ -19,40 +22,57 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _replay(args: argparse.Namespace, out: TextIO) -> int:
-    from cachekit.errors import MissingExtraError
-    from cachekit.replay import POLICIES, Conversation, Gaps, TraceError, read_traces, replay
+    from cachekit.replay import POLICIES, Conversation, Gaps, TraceError, read_traces, replay, requests_of
 
+    gaps = Gaps.parse(args.gaps) if args.gaps is not None else Gaps("fixed", args.gap_seconds)
+    path = input_file(args.traces, "a JSON Lines file of conversations (Anthropic layout)")
+    openai = _replay_openai(args)  # a --prices file is read, and refused, before the traces
     conversations: list[Conversation] = []
-    try:
-        gaps = Gaps.parse(args.gaps) if args.gaps is not None else Gaps("fixed", args.gap_seconds)
-        for item in read_traces(args.traces, limit=args.limit):
-            if isinstance(item, TraceError):
-                sys.stderr.write(f"cachekit replay: skipped {item}\n")
-            else:
-                conversations.append(item)
-        with ProgressPrinter(sys.stderr, "cachekit replay") as progress:
-            results = replay(
-                conversations,
-                provider=args.provider,
-                model=args.model,
-                policies=args.policy or POLICIES,
-                gaps=gaps,
-                seed=args.seed,
-                progress=progress,
-                **_replay_openai(args),
-            )
-    except (OSError, ValueError, MissingExtraError) as exc:
-        sys.stderr.write(f"cachekit replay: {exc}\n")
-        return 2
-    for result in results:
-        for error in result.errors:
-            sys.stderr.write(f"cachekit replay: {result.policy}: {error}\n")
+    skipped: list[TraceError] = []
+    for item in read_traces(path, limit=args.limit):
+        if isinstance(item, TraceError):
+            skipped.append(item)
+        else:
+            conversations.append(item)
+    lines = len(conversations) + len(skipped)
+    if not conversations:
+        why = f": {skipped[0]}" if skipped else ""
+        raise _common.UsageError(
+            f"{args.traces} holds no conversation to replay ({lines} line{'s' if lines != 1 else ''}{why}); "
+            "give one conversation "
+            'per line, {"system", "tools", "messages"}'
+        )
+    if not any(requests_of(conversation, args.model) for conversation in conversations):
+        raise _common.UsageError(
+            f"{args.traces}: its {len(conversations)} conversation(s) hold no request to replay (a request "
+            "is what comes before an assistant turn)"
+        )
+    if skipped:  # counted in one line, not printed one by one
+        say(
+            "replay",
+            f"skipped {len(skipped)} of {lines} lines that are not conversations (first: {skipped[0]})",
+        )
+    with ProgressPrinter(sys.stderr, "cachekit replay") as progress:
+        results = replay(
+            conversations,
+            provider=args.provider,
+            model=args.model,
+            policies=args.policy or POLICIES,
+            gaps=gaps,
+            seed=args.seed,
+            progress=progress,
+            **openai,
+        )
+    for result in results:  # a policy's refused requests: one line each policy, with the first
+        if result.errors:
+            refused = len(result.errors)
+            say("replay", f"{result.policy}: {refused} request(s) refused (first: {result.errors[0]})")
     if args.json:
         for result in results:
             out.write(json.dumps(result.to_json()) + "\n")
         return 0
     out.write(
-        f"{len(conversations)} conversations, {results[0].requests if results else 0} requests, "
+        f"{len(conversations)} conversations, {results[0].requests} requests, "
         f"{args.provider} {args.model}, gaps {gaps.label()} s, seed {args.seed} (input side only)\n\n"
     )
     header = f"{'policy':<16}{'read':>11}{'written':>11}{'uncached':>11}{'cost $':>11}{'no cache $':>12}"
@@ -74,7 +94,7 @@ def _replay_openai(args: argparse.Namespace) -> dict[str, Any]:
 
     extra: dict[str, Any] = {"layout": args.layout} if args.provider != "anthropic" else {}
     if args.prices is not None:
-        extra["prices"] = PriceTable.load(overrides=args.prices)
+        extra["prices"] = PriceTable.load(overrides=input_file(args.prices, "a JSON file of price rows"))
     return extra
 
 
@@ -84,6 +104,10 @@ def _add_replay(commands: Any) -> None:
     replay = commands.add_parser(
         "replay",
         help="cost of each cache-breakpoint policy on recorded agent conversations",
+        epilog="""examples:
+  cachekit replay traces.jsonl                          # every policy, Anthropic's rules
+  cachekit replay traces.jsonl --policy last --policy cachekit --gaps lognormal:60:4
+  cachekit replay traces.jsonl --provider openai --layout responses --json""",
         description=(
             "Replays each conversation (request k = system, tools and the messages before assistant turn "
             "k) through cachekit and the local backend's billing, once per policy: none, system (a marker "
@@ -121,7 +145,10 @@ def _add_replay(commands: Any) -> None:
         help="a policy to replay (repeatable; default: all; openai: none, implicit, last, cachekit)",
     )
     replay.add_argument(
-        "--gap-seconds", type=float, default=5.0, help="seconds between requests (default: %(default)g)"
+        "--gap-seconds",
+        type=between(0.0, math.inf),
+        default=5.0,
+        help="seconds between requests (default: %(default)g)",
     )
     replay.add_argument(
         "--gaps",
@@ -131,7 +158,7 @@ def _add_replay(commands: Any) -> None:
     )
     replay.add_argument("--seed", type=int, default=0, help="seed of the drawn gaps (default: %(default)s)")
     replay.add_argument(
-        "--limit", type=int, metavar="N", help="only the first N conversations (default: all)"
+        "--limit", type=at_least(1), metavar="N", help="only the first N conversations (default: all)"
     )
     replay.add_argument("--json", action="store_true", help="one JSON object per policy")
     replay.set_defaults(run=_replay)

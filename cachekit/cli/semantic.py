@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from typing import Any, TextIO
 
 from cachekit._progress import ProgressPrinter
+from cachekit.cli import _common
+from cachekit.cli._common import at_least, between, input_file, missing
 
 __all__ = ["register"]
 
@@ -18,68 +21,77 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _semantic_eval(args: argparse.Namespace, out: TextIO) -> int:
+    from cachekit.errors import MissingExtraError
 
-    from cachekit.errors import CachekitError
+    if args.index == "redis" and not args.redis_url:
+        raise _common.UsageError("--index redis needs --redis-url URL (a Redis 8 server)")
+    pairs = _pairs(args.pairs)
+    settings = [_eval_settings(args)]
+    if args.compare is not None:
+        settings.append(_eval_settings(args, args.compare))
+    for module in ("numpy", "sentence_transformers"):
+        if missing(module):
+            raise MissingExtraError(module.replace("_", "-"), "semantic", "cachekit semantic-eval")
 
+    from cachekit.semantic.embedders import default_embedder
+    from cachekit.semantic.evaluate import curve, evaluate, render_compare, render_curve, render_text
+
+    index: Any = None
+    if args.index == "redis":
+        from cachekit.semantic.index_redis import RedisVectorIndex
+
+        index = RedisVectorIndex(args.redis_url, timeout=5.0)
     try:
-        from cachekit.semantic.embedders import default_embedder
-        from cachekit.semantic.evaluate import (
-            curve,
-            evaluate,
-            load_pairs,
-            render_compare,
-            render_curve,
-            render_text,
-        )
-
-        if args.index == "redis" and not args.redis_url:
-            out.write("cachekit semantic-eval: --index redis needs --redis-url URL (Redis 8)\n")
-            return 2
-        pairs = load_pairs(args.pairs)
-        settings = [_eval_settings(args)]
-        if args.compare is not None:
-            settings.append(_eval_settings(args, args.compare))
-        index: Any = None
-        if args.index == "redis":
-            from cachekit.semantic.index_redis import RedisVectorIndex
-
-            index = RedisVectorIndex(args.redis_url, timeout=5.0)
-        try:
-            with ProgressPrinter(sys.stderr, "cachekit semantic-eval") as progress:
-                reports = [
-                    evaluate(
-                        pairs,
-                        embedder=default_embedder(),
-                        index=index,
-                        index_size=args.index_size,
-                        progress=progress,
-                        **setting,
-                    )
-                    for setting in settings
-                ]
-        finally:
-            if index is not None:
-                index.close()
-    except (CachekitError, OSError, ValueError) as exc:
-        out.write(f"cachekit semantic-eval: {exc}\n")
-        return 2
+        with ProgressPrinter(sys.stderr, "cachekit semantic-eval") as progress:
+            # The model loads on its first use, for seconds: a stage of its own, not "embedding 0%".
+            progress("loading the embedding model", 0, 1)
+            default_embedder().embed(["warm up"])
+            progress("loading the embedding model", 1, 1)
+            reports = [
+                evaluate(
+                    pairs,
+                    embedder=default_embedder(),
+                    index=index,
+                    index_size=args.index_size,
+                    progress=progress,
+                    **setting,
+                )
+                for setting in settings
+            ]
+    finally:
+        if index is not None:
+            index.close()
     report = reports[0]
     if args.json:
-        document: dict[str, Any] = report.to_dict()
+        document: dict[str, Any] = _json_report(report, pairs)
         if args.curve:
-            document["curve"] = [{"point": p, **c.to_dict()} for p, c in curve(report)]
+            document["curve"] = [{"point": p, **_json_counts(c)} for p, c in curve(report)]
         if len(reports) > 1:
-            document = {"a": document, "b": reports[1].to_dict()}
+            document = {"a": document, "b": _json_report(reports[1], pairs)}
         out.write(json.dumps(document, indent=2) + "\n")
         return 0
     out.write(render_text(report) + "\n")
-    if report.calibrated_on:
-        out.write(f"operating point calibrated on: {report.calibrated_on}\n")
+    out.write(_about(report, pairs, args))
     if args.curve:
         out.write(render_curve(report, curve(report)) + "\n")
     if len(reports) > 1:
         out.write(render_compare(report, reports[1]) + "\n")
     return 0
+
+
+def _pairs(path: str) -> list[Any]:
+    """The labelled pairs of ``path``; a file without any is an error (a report of zeros is no answer)."""
+    from cachekit.semantic.evaluate import load_pairs
+
+    try:
+        pairs = load_pairs(input_file(path, 'a JSON Lines file of {"a", "b", "same", "kind"} pairs'))
+    except UnicodeDecodeError as exc:
+        raise _common.UsageError(
+            f"{path} is not UTF-8 text (byte {exc.start}): give a JSON Lines file of pairs"
+        ) from None
+    if not pairs:
+        raise _common.UsageError(f'{path} holds no pairs: give lines of {{"a", "b", "same", "kind"}}')
+    return pairs
 
 
 def _eval_settings(args: argparse.Namespace, spec: str | None = None) -> dict[str, Any]:
@@ -100,11 +112,85 @@ def _eval_settings(args: argparse.Namespace, spec: str | None = None) -> dict[st
         name, _, value = word.partition("=")
         if name in ("no-guards", "no-verifier") and not value:
             settings[name[3:]] = False
-        elif name in ("threshold", "target-precision", "max-false-hit-rate") and value:
-            settings[name.replace("-", "_")] = float(value)
+        elif name in _RANGES and value:
+            settings[name.replace("-", "_")] = _in_range(name, value)
         else:
             raise ValueError(f"--compare: cannot read {word!r} (threshold=, target-precision=, ...)")
     return settings
+
+
+# -- validation: the range of each figure, on the command line and in --compare ----------------------
+
+_RANGES = {
+    "threshold": between(-1.0, 1.0),  # a cosine
+    "target-precision": between(0.0, 1.0, low_open=True),
+    "max-false-hit-rate": between(0.0, 1.0),
+}
+
+
+def _in_range(name: str, value: str) -> float:
+    try:
+        return _RANGES[name](value)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"--compare: {name}={value}: {exc}") from None
+
+
+# -- output formatting: no figure that is undefined is printed as one ------------------------------
+
+#: Kinds of pair that are made to fool a cache: a small edit that changes the answer.
+ADVERSARIAL_KINDS = frozenset(
+    {"negation", "antonym", "number", "numbers", "entity", "entities", "operator", "role", "roles", "swap"}
+)
+
+
+def _json_counts(counts: Any) -> dict[str, Any]:
+    """``Counts.to_dict()`` with ``null`` for a rate whose denominator is zero (the library's 1.0 or
+    0.0 there claims a figure nobody measured)."""
+    document: dict[str, Any] = counts.to_dict()
+    for rate, denominator in (
+        ("precision", counts.hits),
+        ("recall", counts.same),
+        ("false_hit_rate", counts.different),
+    ):
+        if not denominator:
+            document[rate] = None
+    return document
+
+
+def _json_report(report: Any, pairs: list[Any]) -> dict[str, Any]:
+    document = _json_counts(report.total)
+    document["by_kind"] = {kind: _json_counts(report.by_kind[kind]) for kind in sorted(report.by_kind)}
+    document["verifier"] = report.operating_point is not None
+    document["operating_point"] = report.operating_point
+    adversarial = _adversarial(pairs)
+    document["adversarial_pairs"] = sum(adversarial.values()) if adversarial else None
+    return document
+
+
+def _adversarial(pairs: list[Any]) -> dict[str, int]:
+    """The pairs made to fool a cache, by kind, when they are at least half of the sample (else
+    empty): on such a sample precision is a stress test, not what real traffic sees."""
+    kinds = Counter(p.kind for p in pairs if not p.same and p.kind.lower() in ADVERSARIAL_KINDS)
+    return dict(kinds.most_common()) if 2 * sum(kinds.values()) >= len(pairs) else {}
+
+
+def _about(report: Any, pairs: list[Any], args: argparse.Namespace) -> str:
+    """The lines under the table: whether the verifier ran, and whether the sample is adversarial."""
+    if report.operating_point is not None:
+        verifier = f"verifier: on, at score {report.operating_point:g} (from cachekit's shipped calibration)"
+    elif args.no_verifier:
+        verifier = "verifier: off (--no-verifier)"
+    else:
+        verifier = "verifier: off (it runs with --target-precision or --max-false-hit-rate)"
+    lines = [verifier]
+    adversarial = _adversarial(pairs)
+    if adversarial:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in adversarial.items())
+        lines.append(
+            f"adversarial sample: {sum(adversarial.values())} of {len(pairs)} pairs are near-misses made to "
+            f"fool a cache ({kinds}); its precision is a stress test, not what real traffic sees"
+        )
+    return "".join(line + "\n" for line in lines)
 
 
 def _add_semantic_eval(commands: Any) -> None:
@@ -112,10 +198,17 @@ def _add_semantic_eval(commands: Any) -> None:
         "semantic-eval",
         help="precision and recall of the semantic cache on labelled question pairs",
         description="For each pair, in an empty partition: store a with a dummy answer, look up b.",
+        epilog="""examples:
+  cachekit semantic-eval pairs.jsonl                         # lines of {"a", "b", "same", "kind"}
+  cachekit semantic-eval pairs.jsonl --target-precision 0.9 --curve
+  cachekit semantic-eval pairs.jsonl --compare "threshold=0.9 no-verifier"
+  cachekit semantic-eval pairs.jsonl --json""",
     )
     evaluation.add_argument("pairs", metavar="PAIRS.jsonl", help='lines of {"a", "b", "same", "kind"}')
     evaluation.add_argument(
-        "--threshold", type=float, help="cosine threshold (default: the semantic cache's, 0.8)"
+        "--threshold",
+        type=_RANGES["threshold"],
+        help="cosine threshold, -1 to 1 (default: the semantic cache's, 0.8)",
     )
     evaluation.add_argument("--no-guards", action="store_true", help="the threshold alone decides")
     evaluation.add_argument(
@@ -131,16 +224,19 @@ def _add_semantic_eval(commands: Any) -> None:
     # issue 18: precision as a setting, index mode, curves and comparisons.
     evaluation.add_argument(
         "--target-precision",
-        type=float,
-        help="pick the operating point for this precision (default: the threshold and guards, no verifier)",
+        type=_RANGES["target-precision"],
+        help="pick the operating point for this precision, above 0 to 1 (default: the threshold and "
+        "guards, no verifier)",
     )
     evaluation.add_argument(
-        "--max-false-hit-rate", type=float, help="... or for this false-hit rate, per kind (default: none)"
+        "--max-false-hit-rate",
+        type=_RANGES["max-false-hit-rate"],
+        help="... or for this false-hit rate per kind, 0 to 1 (default: none)",
     )
     evaluation.add_argument("--no-verifier", action="store_true", help="the threshold and the guards decide")
     evaluation.add_argument(
         "--index-size",
-        type=int,
+        type=at_least(1),
         metavar="N",
         help=(
             "store the first N pairs' a in one partition and ask each b; a hit must serve the query "

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from typing import Any, TextIO
 
+from cachekit.cli import _common
+from cachekit.cli._common import between, say
 from cachekit.errors import install_command
 
 __all__ = ["register"]
@@ -24,12 +27,30 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def open_store(url: str | None) -> Any:
+    """The store at ``url`` (``$CACHEKIT_CACHE_URL``, else SQLite under ``$CACHEKIT_HOME``), which must
+    exist: the operator's commands never create a SQLite file, or its folder, where a typo points.
+
+    Raises:
+        _common.CommandFailed: no SQLite store at the path (nothing was ever cached there).
+    """
     import os
 
     from cachekit.config import cachekit_home
-    from cachekit.stores.url import store_from_url
+    from cachekit.stores.url import sqlite_path, store_from_url
 
-    return store_from_url(url or os.environ.get("CACHEKIT_CACHE_URL") or "sqlite://", home=cachekit_home())
+    chosen = url or os.environ.get("CACHEKIT_CACHE_URL") or "sqlite://"
+    home = cachekit_home()
+    path = sqlite_path(chosen, home=home)
+    if path is not None and not path.exists():
+        where = (
+            "--store"
+            if url
+            else "$CACHEKIT_CACHE_URL"
+            if os.environ.get("CACHEKIT_CACHE_URL")
+            else "$CACHEKIT_HOME"
+        )
+        raise _common.CommandFailed(f"no store at {path}: nothing has been cached there (check {where})")
+    return store_from_url(chosen, home=home)
 
 
 def semantic_index_url(explicit: str | None, store_url: str | None) -> str | None:
@@ -77,13 +98,7 @@ def _older_than(text: str | None) -> float | None:
     from cachekit.cost.report import parse_since
 
     now = time.time()  # one clock reading: "0s" is exactly 0, never a hair below it
-    try:
-        since = parse_since(text, now=now)
-    except ValueError:
-        raise ValueError(
-            f"--older-than takes a duration like 30d, 12h, 30m or 0s, or an ISO date; got {text!r}"
-        ) from None
-    return max(0.0, now - since)
+    return max(0.0, now - parse_since(text, now=now, option="--older-than"))
 
 
 def _purge_refusal(args: argparse.Namespace) -> str | None:
@@ -133,54 +148,50 @@ def _purge_index(args: argparse.Namespace, index: Any, matched: set[str] | None)
 
 
 def _purge(args: argparse.Namespace, out: TextIO) -> int:
-    from cachekit.errors import CachekitError
-
     refusal = _purge_refusal(args)
     if refusal is not None:
-        out.write(f"cachekit purge: {refusal}\n")
-        return 2
+        raise _common.UsageError(refusal)
     verb = "would delete" if args.dry_run else "deleted"
+    older_than = _older_than(args.older_than)
+    index_url = semantic_index_url(args.semantic_index, args.store)
+    index = open_semantic_index(args, index_url)
     try:
-        older_than = _older_than(args.older_than)
-        index_url = semantic_index_url(args.semantic_index, args.store)
-        index = open_semantic_index(args, index_url)
+        # By age, the index follows the store: its entries have no write time of their own.
+        matched: set[str] | None = set() if older_than is not None and index is not None else None
+        store = open_store(args.store)
         try:
-            # By age, the index follows the store: its entries have no write time of their own.
-            matched: set[str] | None = set() if older_than is not None and index is not None else None
-            store = open_store(args.store)
-            try:
-                count = _purge_store(args, store, older_than, matched)
-            finally:
-                store.close()
-            out.write(f"{verb} {count} entries\n")
-            if index is not None:
-                out.write(f"{verb} {_purge_index(args, index, matched)} semantic index entries\n")
-            elif index_url is not None:
-                out.write(f"semantic index not searched: it needs {install_command('semantic')}\n")
+            count = _purge_store(args, store, older_than, matched)
         finally:
-            if index is not None:
-                index.close()
-    except (CachekitError, ValueError) as exc:
-        out.write(f"cachekit purge: {exc}\n")
-        return 2
+            store.close()
+        out.write(f"{verb} {count} entries\n")
+        if index is not None:
+            out.write(f"{verb} {_purge_index(args, index, matched)} semantic index entries\n")
+        elif index_url is not None:
+            out.write(f"semantic index not searched: it needs {install_command('semantic')}\n")
+    finally:
+        if index is not None:
+            index.close()
     return 0
 
 
 def _health(args: argparse.Namespace, out: TextIO) -> int:
-
     from cachekit.errors import CachekitError
     from cachekit.ops import health
 
     try:
         store = open_store(args.store)
-    except CachekitError as exc:
+    except (CachekitError, _common.CommandFailed) as exc:
+        # A probe reads the JSON; a person reads the line on stderr. Both say why.
         out.write(json.dumps({"ok": False, "latency_ms": 0.0, "error": str(exc)}) + "\n")
+        say("health", str(exc))
         return 1
     try:
         result = health(store, budget_ms=args.budget_ms)
     finally:
         store.close()
     out.write(json.dumps(result.to_dict()) + "\n")
+    if not result.ok:
+        say("health", f"unhealthy: {result.error}")
     return 0 if result.ok else 1
 
 
@@ -189,6 +200,10 @@ def _add_purge(commands: Any) -> None:
         "purge",
         help="delete entries by tenant, namespace or age, or all of them",
         description="Deletes the entries that match every filter given, or with --all --yes every entry.",
+        epilog="""examples:
+  cachekit purge --tenant acme --dry-run     # count what would go
+  cachekit purge --namespace support --older-than 30d
+  cachekit purge --store redis://localhost:6379/0 --all --yes""",
     )
     purge.add_argument("--store", metavar="URL", help=STORE_HELP)
     purge.add_argument("--tenant", help="entries of this tenant (default: any tenant)")
@@ -211,9 +226,23 @@ def _add_purge(commands: Any) -> None:
 
 
 def _add_health(commands: Any) -> None:
-    check = commands.add_parser("health", help="probe the store (exit 0 when healthy): a readiness check")
+    check = commands.add_parser(
+        "health",
+        help="probe the store (exit 0 when healthy): a readiness check",
+        description=(
+            "Writes, reads back and deletes a probe entry; prints the result as one JSON object and exits 0 "
+            "when the store answered within the budget, 1 otherwise (a store that does not exist included: "
+            "the check never creates one)."
+        ),
+        epilog="""examples:
+  cachekit health                                      # the default store
+  cachekit health --store redis://cache:6379/0 --budget-ms 50""",
+    )
     check.add_argument("--store", metavar="URL", help=STORE_HELP)
     check.add_argument(
-        "--budget-ms", type=float, default=250.0, help="slowest healthy round trip (default: %(default)g ms)"
+        "--budget-ms",
+        type=between(0.0, math.inf, low_open=True, high_open=True),
+        default=250.0,
+        help="slowest healthy round trip (default: %(default)g ms)",
     )
     check.set_defaults(run=_health)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "knows",
     "lookup",
     "missing_reason",
+    "model_ids",
     "pricing_pages",
     "update_from_network",
     "version",
@@ -176,6 +177,15 @@ def knows(provider: str, model: str) -> bool:
     """Whether genai-prices has ``model`` of cachekit's ``provider`` (its own name-matching rules:
     aliases, dated snapshots); false when the package is not installed."""
     return _find(provider, model) is not None
+
+
+def model_ids(providers: Iterable[str]) -> set[str]:
+    """Every model id genai-prices prices for cachekit's ``providers`` (empty without genai-prices)."""
+    snapshot = _snapshot()
+    if snapshot is None:
+        return set()
+    wanted = {genai_id for provider in providers for genai_id in _genai_ids(provider)}
+    return {model.id for found in snapshot.providers if found.id in wanted for model in found.models}
 
 
 def pricing_pages(provider: str) -> tuple[str, ...] | None:

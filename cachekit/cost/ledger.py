@@ -54,6 +54,7 @@ __all__ = [
     "CallRecord",
     "JSONLSink",
     "Ledger",
+    "LedgerContents",
     "LedgerSink",
     "LedgerStats",
     "MemorySink",
@@ -64,6 +65,7 @@ __all__ = [
     "default_ledger_path",
     "make_record",
     "outcome_for_usage",
+    "read_ledger",
 ]
 
 logger = logging.getLogger("cachekit.cost")
@@ -73,6 +75,7 @@ Outcome = Literal["prompt_cache", "exact_hit", "semantic_hit", "miss", "bypass"]
 #: Every Outcome, in a fixed order.
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 _HITS = frozenset({"exact_hit", "semantic_hit"})
+_SQLITE_NOTADB = 26  # SQLite's result code for "file is not a database"
 
 #: Fields :func:`aggregate` groups by: the record's labels plus ``day`` and ``hour`` (UTC).
 GROUP_FIELDS: tuple[str, ...] = ("provider", "model", "tenant", "site", "outcome", "day", "hour")
@@ -262,24 +265,34 @@ class JSONLSink:
         """Parse the file; a corrupt line is skipped with a warning."""
         if not self.path.exists():
             return []
-        records: list[CallRecord] = []
         with self._lock:
-            lines = self.path.read_bytes().splitlines()
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = CallRecord.from_dict(orjson.loads(line))
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                logger.warning("cachekit.cost: skipping corrupt ledger line %d of %s", number, self.path)
-                continue
-            if since is None or record.time >= since:
-                records.append(record)
-        records.sort(key=lambda r: r.time)
+            data = self.path.read_bytes()
+        records, skipped = _jsonl_records(data, since)
+        for number in skipped:
+            logger.warning("cachekit.cost: skipping corrupt ledger line %d of %s", number, self.path)
         return records
 
     def close(self) -> None:
         """Nothing held open between writes."""
+
+
+def _jsonl_records(data: bytes, since: float | None) -> tuple[list[CallRecord], list[int]]:
+    """The records of a JSON-lines ledger (``time >= since``, oldest first), and the numbers of the
+    lines that are not records (blank lines are neither)."""
+    records: list[CallRecord] = []
+    skipped: list[int] = []
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = CallRecord.from_dict(orjson.loads(line))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            skipped.append(number)
+            continue
+        if since is None or record.time >= since:
+            records.append(record)
+    records.sort(key=lambda r: r.time)
+    return records, skipped
 
 
 _COLUMNS = (
@@ -405,12 +418,7 @@ class SQLiteSink:
 
     def read(self, since: float | None = None) -> list[CallRecord]:
         """Rows with ``time >= since``, oldest first."""
-        query = f"SELECT {', '.join(_COLUMNS)} FROM calls"
-        params: tuple[float, ...] = ()
-        if since is not None:
-            query += " WHERE time >= ?"
-            params = (since,)
-        query += " ORDER BY time, id"
+        query, params = _select(since)
         with self._lock:
             if self._closed:  # read-only access after close: a short-lived connection
                 conn = sqlite3.connect(self.path, timeout=10)
@@ -420,12 +428,7 @@ class SQLiteSink:
                     conn.close()
             else:
                 rows = self._live().execute(query, params).fetchall()
-        records = []
-        for row in rows:
-            d = dict(zip(_COLUMNS, row, strict=True))
-            d["problems"] = d["problems"].split("\n") if d["problems"] else []
-            records.append(CallRecord.from_dict(d))
-        return records
+        return [_record_of_row(row) for row in rows]
 
     def close(self) -> None:
         """Close the connection (:meth:`read` still works, on a short-lived connection)."""
@@ -435,6 +438,86 @@ class SQLiteSink:
                 conn, self._conn = self._conn, None
                 if conn is not None:
                     conn.close()
+
+
+def _select(since: float | None) -> tuple[str, tuple[float, ...]]:
+    """The query of the ``calls`` rows with ``time >= since``, oldest first, and its parameters."""
+    query = f"SELECT {', '.join(_COLUMNS)} FROM calls"
+    params: tuple[float, ...] = ()
+    if since is not None:
+        query += " WHERE time >= ?"
+        params = (since,)
+    return query + " ORDER BY time, id", params
+
+
+def _record_of_row(row: Sequence[Any]) -> CallRecord:
+    d = dict(zip(_COLUMNS, row, strict=True))
+    d["problems"] = d["problems"].split("\n") if d["problems"] else []
+    return CallRecord.from_dict(d)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerContents:
+    """What :func:`read_ledger` found: the records, and how many lines of a JSON-lines ledger were
+    not records (skipped)."""
+
+    records: list[CallRecord]
+    skipped: int = 0
+
+
+def read_ledger(path: str | Path, since: float | None = None) -> LedgerContents:
+    """The records of the ledger file ``path`` (``time >= since``, oldest first), read without
+    writing anything: not to the file, not beside it.
+
+    A name ending in ``.jsonl`` is read as JSON lines (lines that are not records are counted in
+    :attr:`LedgerContents.skipped`); any other file as a SQLite ledger, opened read-only: a file that
+    is empty, not a SQLite database, or a database without the ledger's table (a cachekit store, say)
+    is refused, never turned into a ledger. A ledger in WAL mode whose write-ahead log exists (its
+    writer is running, or did not checkpoint) is read with the log; otherwise the file alone is read
+    as immutable, so SQLite creates no ``-wal`` or ``-shm`` file beside it.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ConfigError: ``path`` is a directory, or not a ledger (the message says what it is).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a ledger file")
+    if path.suffix == ".jsonl":
+        records, skipped = _jsonl_records(path.read_bytes(), since)
+        return LedgerContents(records, len(skipped))
+    if not path.exists():
+        raise FileNotFoundError(2, "no such file", str(path))
+    if path.stat().st_size == 0:
+        raise ConfigError(
+            f"{path} is an empty file, not a ledger (a JSON-lines ledger's name ends in .jsonl)"
+        )
+    live = Path(f"{path}-wal").exists()
+    uri = path.resolve().as_uri() + ("?mode=ro" if live else "?mode=ro&immutable=1")
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as exc:
+        raise ConfigError(f"{path} cannot be opened as a ledger: {exc}") from exc
+    try:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "calls" not in tables:
+            what = "a cachekit cache store" if {"entries", "meta"} <= tables else "a SQLite database"
+            raise ConfigError(
+                f"{path} is {what} without a calls table, not a cost ledger (the default ledger is "
+                f"{default_ledger_path()})"
+            )
+        query, params = _select(since)
+        rows = conn.execute(query, params).fetchall()
+    except sqlite3.DatabaseError as exc:
+        # sqlite_errorcode is Python 3.11+; the message is SQLite's own, the same in every version.
+        if getattr(exc, "sqlite_errorcode", None) == _SQLITE_NOTADB or "not a database" in str(exc):
+            raise ConfigError(
+                f"{path} is not a SQLite ledger (a JSON-lines ledger's name ends in .jsonl)"
+            ) from None
+        raise ConfigError(f"{path} cannot be read as a ledger: {exc}") from exc
+    finally:
+        conn.close()
+    return LedgerContents([_record_of_row(row) for row in rows])
 
 
 # -- totals --------------------------------------------------------------------------------------------

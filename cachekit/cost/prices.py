@@ -3,8 +3,9 @@
 The bundled ``prices.json`` has one row per model: ``input``, ``cache_write_5m``, ``cache_write_1h``,
 ``cache_read`` and ``output`` prices (``null`` where a model has no such tier), an optional
 ``long_context`` block (above ``threshold_tokens`` of input, cache reads and writes included, every
-token bills at that block's prices), an optional ``batch_multiplier``, and the ``source`` URL and
-``checked`` date the figures come from. Prices change: override them with
+token bills at that block's prices), an optional ``batch_multiplier``, an optional ``released`` date
+(the model's release, as its ``source`` page states it), and the ``source`` URL and ``checked`` date
+the figures come from. Prices change: override them with
 ``PriceTable.load(overrides=path_or_rows)``, which merges field by field over the bundled rows (an
 override row for a model the table lacks must carry at least ``input`` and ``output``).
 
@@ -60,9 +61,11 @@ __all__ = [
     "PriceTable",
     "PriceTableError",
     "Rates",
+    "close_models",
     "default_prices",
     "find_quote",
     "format_quote",
+    "release_date",
 ]
 
 logger = logging.getLogger("cachekit.cost")
@@ -71,10 +74,11 @@ _RATE_FIELDS = ("input", "cache_write_5m", "cache_write_1h", "cache_read", "outp
 _REQUIRED_RATES = ("input", "output")
 _ROW_FIELDS = frozenset(
     {"provider", "model", "aliases", *_RATE_FIELDS}
-    | {"long_context", "batch_multiplier", "source", "checked", "note"}
+    | {"long_context", "batch_multiplier", "source", "checked", "note", "released"}
 )
 _LONG_FIELDS = frozenset({"threshold_tokens", *_RATE_FIELDS})
 _SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2}|\d{4}|latest)$")
+_DATED = re.compile(r"-(\d{4})-?(\d{2})-?(\d{2})$")  # a snapshot's date: -YYYYMMDD or -YYYY-MM-DD
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,8 @@ class ModelPrice:
     note: str | None = None
     #: ``"bundled"`` for a row of cachekit's own file, ``"yours"`` for an override or a file you passed.
     origin: str = "bundled"
+    #: The model's release date, ``YYYY-MM-DD``, where the row's source states it.
+    released: str | None = None
 
     def rates_for(self, input_tokens: int) -> Rates:
         """The rates that apply to a request with ``input_tokens`` of input (cache reads/writes included)."""
@@ -222,6 +228,9 @@ def _build_row(raw: Mapping[str, Any], *, strict: bool) -> ModelPrice:
     note = raw.get("note")
     if note is not None and not isinstance(note, str):
         raise _RowError("note", "must be a string")
+    released = raw.get("released")
+    if released is not None and not _is_date(released):
+        raise _RowError("released", f"must be the model's release date, YYYY-MM-DD, got {released!r}")
     return ModelPrice(
         provider=raw["provider"].strip().lower(),
         model=raw["model"].strip(),
@@ -233,6 +242,7 @@ def _build_row(raw: Mapping[str, Any], *, strict: bool) -> ModelPrice:
         checked=checked,
         aliases=tuple(a.strip() for a in aliases),
         note=note,
+        released=released,
     )
 
 
@@ -525,7 +535,7 @@ class PriceTable:
         factor, unpriced = self._scale(provider, context, (f"{k}={v}" for k, v in context.items()))
         tiers = (row.long_context_threshold,) if row.long_context_threshold else ()
         urls = (row.source,) if row.source else ()
-        source = self._row_source(row)
+        source = self._row_source(row, quoted=True)
         return PriceQuote(provider, row.model, row.rates, source, urls, tiers, tuple(unpriced), factor)
 
     def _source(
@@ -539,11 +549,14 @@ class PriceTable:
                 return found, None
         return None, row
 
-    def _row_source(self, row: ModelPrice) -> str:
+    def _row_source(self, row: ModelPrice, *, quoted: bool = False) -> str:
         """How :attr:`Cost.source` names a row of the table."""
         if row.origin == "yours":
             return "your price rows"
-        source = f"cachekit/cost/prices.json (checked {row.checked}: {row.source})"
+        # A quote lists the row's URL under its source line; a cost names it here, its only place.
+        source = (
+            f"cachekit/cost/prices.json (checked {row.checked}{'' if quoted else ': ' + str(row.source)})"
+        )
         if self.use_genai and not genai.available():
             source += "; " + genai.missing_reason()
         return source
@@ -697,6 +710,34 @@ def find_quote(
     return None
 
 
+def release_date(model: str, provider: str, *, table: PriceTable | None = None) -> _dt.date | None:
+    """The day ``model`` of ``provider`` was released, where cachekit knows it: the date a dated
+    snapshot carries in its name (``gpt-4o-2024-08-06``, ``claude-sonnet-4-5-20250929``), else the
+    ``released`` date of its price row; ``None`` otherwise."""
+    dated = _DATED.search(model.strip())
+    if dated is not None:
+        try:
+            return _dt.date(int(dated.group(1)), int(dated.group(2)), int(dated.group(3)))
+        except ValueError:
+            pass  # digits that are no date: not a snapshot's
+    row = (table or default_prices()).lookup(provider, model)
+    return _dt.date.fromisoformat(row.released) if row is not None and row.released else None
+
+
+def close_models(model: str, provider: str | None = None, *, table: PriceTable | None = None) -> list[str]:
+    """Up to three priced model names close to ``model`` (of ``provider``, else of any provider
+    cachekit quotes), closest first: what ``cachekit prices`` suggests for a name it cannot price."""
+    import difflib
+
+    providers = (provider,) if provider else QUOTE_PROVIDERS
+    names: set[str] = set()
+    for row in table or default_prices():
+        if row.provider in providers:
+            names.update((row.model, *row.aliases))
+    names.update(genai.model_ids(providers))
+    return difflib.get_close_matches(model.strip(), sorted(names), n=3, cutoff=0.6)
+
+
 def format_quote(quote: PriceQuote, at: _dt.datetime) -> str:
     """A few lines for a terminal: the rates, the moment, the options and where they come from."""
 
@@ -716,5 +757,24 @@ def format_quote(quote: PriceQuote, at: _dt.datetime) -> str:
     if quote.unpriced:
         lines.append("  not in the price data, priced as standard: " + ", ".join(quote.unpriced))
     lines.append(f"source: {quote.source}")
-    lines.extend(f"  {url}" for url in quote.urls)
+    lines.extend(f"  {url}" for url in _links(quote.urls))
     return "\n".join(lines) + "\n"
+
+
+#: A path segment naming a language other than English (``zh-CN``, ``ja``, ``de-de``): a link to a page
+#: localized for someone else. English ones (``en``, ``en-us``) are the pages' own default.
+_LOCALE = re.compile(r"/(?:zh|ja|ko|de|fr|es|pt|it|ru)(?:-[a-z]{2,4})?/", re.IGNORECASE)
+
+
+def _links(urls: Iterable[str]) -> list[str]:
+    """The source links as shown: each page once (a trailing slash or a ``#fragment`` makes no other
+    page), and none localized for another language (its English page is shown instead)."""
+    shown: list[str] = []
+    seen: set[str] = set()
+    for given in urls:
+        url = _LOCALE.sub("/en/", given, count=1)
+        key = url.split("#", 1)[0].rstrip("/").lower()
+        if key not in seen:
+            seen.add(key)
+            shown.append(url)
+    return shown

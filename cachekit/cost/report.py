@@ -1,8 +1,9 @@
 """Cost reports: a terminal table, JSON, and a plot of cost with and without caching over time.
 
 :func:`render_report` is what ``cachekit report [--since] [--by model|tenant|site|day] [--json]
-[--plot out.png]`` calls. The table uses ``rich`` when it is installed and plain text otherwise; the
-plot needs ``matplotlib`` (both come with the ``report`` extra).
+[--plot out.png]`` calls. The table is plain text in the look every command shares
+(:mod:`cachekit._format`), fitted to a width when one is given; JSON money is rounded to
+:data:`~cachekit._format.MONEY_DECIMALS` places. The plot needs ``matplotlib`` (the ``report`` extra).
 
 A call that could not be priced (unknown model or usage) is not summed as zero: the table marks the
 sums it is missing from with ``*`` and says how many calls that is.
@@ -11,7 +12,6 @@ sums it is missing from with ``*`` and says how many calls that is.
 from __future__ import annotations
 
 import datetime as _dt
-import io
 import re
 import time as _time
 from collections.abc import Iterable, Sequence
@@ -20,21 +20,22 @@ from typing import Any
 
 import orjson
 
+from cachekit._format import Column, count, table, usd, usd_json
 from cachekit.cost.ledger import (
     GROUP_FIELDS,
     CallRecord,
-    JSONLSink,
     Ledger,
-    SQLiteSink,
     Totals,
     aggregate,
     default_ledger_path,
+    read_ledger,
 )
 from cachekit.errors import MissingExtraError
 
 __all__ = [
     "aggregate_totals",
     "load_records",
+    "parse_by",
     "parse_since",
     "plot",
     "render_json",
@@ -46,36 +47,36 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def parse_since(text: str, *, now: float | None = None) -> float:
+def parse_since(text: str, *, now: float | None = None, option: str = "--since") -> float:
     """Epoch seconds for a ``--since`` value: a duration ago (``30m``, ``24h``, ``7d``, ``2w``) or an
-    ISO date / datetime (UTC when no zone is given)."""
+    ISO date / datetime (UTC when no zone is given). ``option`` names the option in the error
+    (``cachekit prices --at`` reads the same values)."""
     match = _DURATION.match(text)
     if match:
         return (_time.time() if now is None else now) - float(match.group(1)) * _UNITS[match.group(2)]
     try:
         moment = _dt.datetime.fromisoformat(text.strip())
     except ValueError:
-        raise ValueError(f"--since must be a duration like 7d or 24h, or an ISO date; got {text!r}") from None
+        raise ValueError(
+            f"{option} takes a duration ago like 7d, 24h or 30m, or an ISO date like 2026-05-01; got {text!r}"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=_dt.timezone.utc)
     return moment.timestamp()
 
 
 def load_records(path: str | Path | None = None, since: float | None = None) -> list[CallRecord]:
-    """Read a ledger file (SQLite by default, ``.jsonl`` as JSON lines) without writing to it."""
+    """Read a ledger file (SQLite by default, ``.jsonl`` as JSON lines) without writing to it or beside
+    it (:func:`~cachekit.cost.ledger.read_ledger`); a missing file holds no records."""
     path = Path(path) if path is not None else default_ledger_path()
-    if path.suffix == ".jsonl":
-        return JSONLSink(path).read(since)
     if not path.exists():
         return []
-    sink = SQLiteSink(path)
-    try:
-        return sink.read(since)
-    finally:
-        sink.close()
+    return read_ledger(path, since).records
 
 
-def _by(by: str | Sequence[str]) -> tuple[str, ...]:
+def parse_by(by: str | Sequence[str]) -> tuple[str, ...]:
+    """The group fields of a ``--by`` value (``"tenant,model"``); a field :data:`GROUP_FIELDS` lacks is
+    a :class:`ValueError` naming the choices."""
     names = tuple(p.strip() for p in by.split(",")) if isinstance(by, str) else tuple(by)
     for name in names:
         if name not in GROUP_FIELDS:
@@ -83,34 +84,37 @@ def _by(by: str | Sequence[str]) -> tuple[str, ...]:
     return names
 
 
-def _usd(value: float) -> str:
-    return f"${value:,.4f}" if abs(value) < 100 else f"${value:,.2f}"
-
-
-def _tokens(value: int) -> str:
-    return f"{value:,}"
-
-
-_HEADERS = ("calls", "hits", "input", "cache write", "cache read", "output", "cost", "without cache", "saved")
-# Token columns are billed tokens (upstream calls); "hits" are calls answered by a local cache.
+_COLUMNS = (
+    Column("calls"),
+    Column("hits", optional=True),
+    Column("input", optional=True),
+    Column("cache write", optional=True),
+    Column("cache read", optional=True),
+    Column("output", optional=True),
+    Column("cost"),
+    Column("without cache"),
+    Column("saved"),
+)
+# Token columns are billed tokens (upstream calls); "hits" are calls answered by a local cache. The
+# optional ones are left out, rightmost first, when the table must fit a narrow terminal.
 
 
 def _cells(row: Totals) -> list[str]:
     mark = "*" if row.unpriced_calls else ""
     hits = row.outcomes.get("exact_hit", 0) + row.outcomes.get("semantic_hit", 0)
-    saved = _usd(row.saving_usd)
+    saved = usd(row.saving_usd)
     if row.cost_without_caching_usd > 0:
         saved += f" ({row.saving_usd / row.cost_without_caching_usd:.0%})"
-    money = [_usd(row.cost_usd) + mark, _usd(row.cost_without_caching_usd) + mark, saved + mark]
+    money = [usd(row.cost_usd) + mark, usd(row.cost_without_caching_usd) + mark, saved + mark]
     if row.calls and row.unpriced_calls == row.calls:
         money = ["n/a*"] * 3
     return [
-        str(row.calls),
-        str(hits),
-        _tokens(row.tokens["uncached_input"]),
-        _tokens(row.tokens["cache_write_5m"] + row.tokens["cache_write_1h"]),
-        _tokens(row.tokens["cache_read"]),
-        _tokens(row.tokens["output"]),
+        count(row.calls),
+        count(hits),
+        count(row.tokens["uncached_input"]),
+        count(row.tokens["cache_write_5m"] + row.tokens["cache_write_1h"]),
+        count(row.tokens["cache_read"]),
+        count(row.tokens["output"]),
         *money,
     ]
 
@@ -133,49 +137,15 @@ def _label(value: str | None) -> str:
     return "-" if value is None else value
 
 
-def _rich_available() -> bool:
-    try:
-        import rich  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def render_table(
-    rows: Sequence[Totals], by: str | Sequence[str], *, use_rich: bool | None = None, width: int = 140
-) -> str:
-    """The report table as text: one line per group and a total line (``rich`` when available)."""
-    names = _by(by)
+def render_table(rows: Sequence[Totals], by: str | Sequence[str], *, width: int | None = None) -> str:
+    """The report table as text: one line per group and a total line, no line longer than ``width``
+    (``None``: as wide as the figures need)."""
+    names = parse_by(by)
     total = aggregate_totals(rows)
-    headers = [*names, *_HEADERS]
+    columns = [*(Column(name, label=True) for name in names), *_COLUMNS]
     body = [[_label(r.group.get(n)) for n in names] + _cells(r) for r in rows]
     footer = ["total"] + [""] * (len(names) - 1) + _cells(total) if names else _cells(total)
-    if use_rich is None:
-        use_rich = _rich_available()
-    if use_rich:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title="cachekit cost report", show_footer=True)
-        for i, header in enumerate(headers):
-            table.add_column(header, footer=footer[i], justify="left" if i < len(names) else "right")
-        for line in body:
-            table.add_row(*line)
-        buffer = io.StringIO()
-        Console(file=buffer, width=width, color_system=None, force_terminal=False).print(table)
-        text = buffer.getvalue().rstrip("\n")
-    else:
-        grid = [headers, *body, footer]
-        widths = [max(len(line[i]) for line in grid) for i in range(len(headers))]
-
-        def fmt(line: Sequence[str]) -> str:
-            return "  ".join(
-                cell.ljust(w) if i < len(names) else cell.rjust(w)
-                for i, (cell, w) in enumerate(zip(line, widths, strict=True))
-            ).rstrip()
-
-        rule = "  ".join("-" * w for w in widths)
-        text = "\n".join([fmt(headers), rule, *(fmt(line) for line in body), rule, fmt(footer)])
+    text = table(columns, body, footer=footer, width=width)
     note = _footnote(total)
     return text + ("\n" + note if note else "")
 
@@ -206,14 +176,22 @@ def aggregate_totals(rows: Iterable[Totals]) -> Totals:
 
 
 def render_json(rows: Sequence[Totals], by: str | Sequence[str], *, since: float | None = None) -> str:
-    """The report as JSON: the grouping, each group's totals and the grand total."""
+    """The report as JSON: the grouping, each group's totals and the grand total (dollar amounts
+    rounded to :data:`~cachekit._format.MONEY_DECIMALS` places)."""
     doc: dict[str, Any] = {
-        "by": list(_by(by)),
+        "by": list(parse_by(by)),
         "since": since,
-        "groups": [r.to_dict() for r in rows],
-        "total": aggregate_totals(rows).to_dict(),
+        "groups": [_rounded(r.to_dict()) for r in rows],
+        "total": _rounded(aggregate_totals(rows).to_dict()),
     }
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
+
+
+def _rounded(totals: dict[str, Any]) -> dict[str, Any]:
+    """A group's JSON with its dollar amounts rounded (:func:`cachekit._format.usd_json`)."""
+    for key in ("cost_usd", "cost_without_caching_usd", "saving_usd"):
+        totals[key] = usd_json(totals[key])
+    return totals
 
 
 def plot(
@@ -272,13 +250,14 @@ def render_report(
     since: float | str | None = None,
     as_json: bool = False,
     plot_path: str | Path | None = None,
-    use_rich: bool | None = None,
+    width: int | None = None,
 ) -> str:
     """Render the cost report of a ledger, a list of records, or a ledger file (the default SQLite one).
 
     ``by`` is any of ``model``, ``tenant``, ``site``, ``day`` (or ``provider``, ``outcome``, ``hour``;
     comma-separate several); ``since`` is epoch seconds or a ``--since`` string (see
-    :func:`parse_since`). With ``plot_path`` a PNG is written too (see :func:`plot`).
+    :func:`parse_since`). With ``plot_path`` a PNG is written too (see :func:`plot`). ``width`` fits
+    the table to a terminal (:func:`render_table`).
     """
     since_ts = parse_since(since) if isinstance(since, str) else since
     if isinstance(source, Ledger):
@@ -287,10 +266,10 @@ def render_report(
         records = load_records(source, since_ts)
     else:
         records = [r for r in source if since_ts is None or r.time >= since_ts]
-    names = _by(by)
+    names = parse_by(by)
     rows = aggregate(records, names)
     if plot_path is not None:
         plot(records, plot_path)
     if as_json:
         return render_json(rows, names, since=since_ts)
-    return render_table(rows, names, use_rich=use_rich)
+    return render_table(rows, names, width=width)

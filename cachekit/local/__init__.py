@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cachekit.errors import MissingExtraError
 from cachekit.local.backend import BackendStats, LocalBackend, Rules
 from cachekit.local.clock import ManualClock
 from cachekit.local.engine import (
@@ -103,7 +104,10 @@ def make_engine(
             raise ValueError("the scripted engine has no model or device; use --engine transformers")
         return ScriptedEngine(**options)
     if kind == "transformers":
-        from cachekit.local.transformers_engine import TransformersEngine
+        try:
+            from cachekit.local.transformers_engine import TransformersEngine
+        except ImportError as exc:  # torch or transformers: the local extra
+            raise MissingExtraError(exc.name or "torch", "local", "The transformers engine") from exc
 
         engine: Engine = TransformersEngine(model or "smollm2", device=device, **options)
         return engine

@@ -42,6 +42,7 @@ from typing import Any, cast
 import torch
 
 from cachekit import _fork
+from cachekit.errors import ConfigError
 from cachekit.local.engine import GenerationState, Prompt, Tokenizer, ToolCall, Turn
 from cachekit.local.kv.hashing import BlockHash, block_hashes, root_hash
 from cachekit.local.kv.pool import Block, BlockPool, PoolStats
@@ -276,6 +277,38 @@ def _message(turn: Turn, *, native_tools: bool) -> dict[str, Any]:
 # --- the engine ------------------------------------------------------------------------------------------
 
 
+def _device(requested: str | torch.device | None) -> torch.device:
+    """The torch device to run on: ``requested``, checked to exist on this machine, or CUDA when
+    there is a GPU, else the CPU.
+
+    Raises:
+        ConfigError: a device name torch does not know, or one this machine does not have.
+    """
+    if requested is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, TypeError):
+        raise ConfigError(
+            f"unknown device {str(requested)!r}: use cpu, cuda or cuda:N (or none: cuda when there is a GPU)"
+        ) from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"device {str(requested)!r}: torch {torch.__version__} finds no CUDA GPU here; use cpu"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"device {str(requested)!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+                f"numbered from 0; use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+            )
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device {str(requested)!r}: no Apple GPU (MPS) is available here; use cpu")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device {str(requested)!r}: cachekit runs models on cpu, cuda or mps")
+    return device
+
+
 class TransformersEngine:
     """A transformers causal LM answering prompts greedily, with a persistent prefix KV cache.
 
@@ -311,10 +344,8 @@ class TransformersEngine:
         if quantize not in _SCHEMES:
             raise ValueError(f"quantize must be None, 'int8' or 'int4', got {quantize!r}")
         scheme = _SCHEMES[quantize]
+        self.device = _device(device)  # before the model is resolved: a first use converts it, for minutes
         resolved = resolve_model(model)
-        self.device = torch.device(
-            device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
-        )
         self.dtype = _DTYPES[dtype]
         self.block_size = block_size
         self.max_new_tokens = max_new_tokens

@@ -1,152 +1,147 @@
-"""Stage 4, exact lookup: the stored answer under the request's key, in the form the request wants
-(a stream or one document), with the prompt fields the provider echoed put back. An entry is served
-only in a form whose fields it holds (:func:`lacks`: a form that always carries usage is not served
-from an entry without it).
+"""Stage 4, exact lookup with the single-flight join: the stored answer under the request's key, in
+the form the request wants, with the prompt fields the provider echoed put back
+(:mod:`~cachekit.pipeline.entries`); on a miss, the key's flight (:mod:`~cachekit.pipeline.flights`):
+the request leads it (and goes upstream), or follows it, waits for its leader to land and reads the
+leader's answer.
 
 Reads the keyed call and (on a hit that needs its echoed prompt back) the view's body; writes
-nothing on the view; yields :class:`~cachekit.pipeline.effects.Load`.
+nothing on the view; yields :class:`~cachekit.pipeline.effects.Load` and
+:class:`~cachekit.pipeline.effects.Wait` (a follower); gives a :class:`~cachekit.pipeline.entries.Hit`,
+or the :class:`Lead` of the flight this request now leads, which the driver settles with the
+outcome and lands once the answer is in.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass
 
-import orjson
-
-from cachekit._types import Dialect
-from cachekit.errors import CorruptEntryError
-from cachekit.pipeline.effects import Load, Step
+from cachekit.pipeline import respond
+from cachekit.pipeline.effects import Step, Wait
+from cachekit.pipeline.entries import Hit, lookup, reechoed
+from cachekit.pipeline.flights import Flight, Flights
+from cachekit.pipeline.key import Call
 from cachekit.pipeline.runtime import Runtime
-from cachekit.pipeline.view import JSON_TYPE, SSE_TYPE, Form, RequestView
-from cachekit.providers import echo, sse
-from cachekit.providers.answers import carries_usage, has_usage
+from cachekit.pipeline.view import RequestView
 from cachekit.stores import record
 
-__all__ = ["Found", "in_form", "lacks", "lookup", "reechoed", "unechoed"]
+__all__ = ["ExactLookup", "Lead", "Looked"]
 
 logger = logging.getLogger("cachekit.pipeline")
 
-#: A lookup's result: the answer to serve (or ``None``); whether the store failed; the stored form
-#: to read the usage from.
-Found = tuple[record.CachedResponse | None, bool, record.CachedResponse | None]
 
+@dataclass(frozen=True, slots=True)
+class Lead:
+    """The flight a request leads (single-flight): identical requests wait until it lands.
 
-def in_form(cached: record.CachedResponse, dialect: Dialect, form: Form) -> record.CachedResponse:
-    """``cached`` converted to the form the request wants (stream ↔ document), or as stored.
-
-    Raises :class:`sse.StreamError` when a stored stream cannot be assembled (treated as corrupt).
+    Until its leader says otherwise a flight has failed (see :meth:`Flight.settle`): the stages after
+    the lookup settle it with what they learn, and it lands when the answer is in hand, or, for a
+    stream, when the stream ends.
     """
-    if cached.form == "json" and not form.streaming:
-        return cached
-    if cached.form == "sse" and not form.streaming:
-        body, content_type = orjson.dumps(sse.assemble(dialect, cached.body)), JSON_TYPE
-    elif cached.form == "json":
-        body, content_type = sse.synthesize(dialect, cached.body, include_usage=form.include_usage), SSE_TYPE
-    else:
-        body, content_type = sse.restream(dialect, cached.body, include_usage=form.include_usage), SSE_TYPE
-    headers = tuple((k, v) for k, v in cached.headers if k.lower() != "content-type")
-    return replace(
-        cached,
-        headers=(*headers, ("content-type", content_type)),
-        body=body,
-        form="sse" if form.streaming else "json",
-    )
+
+    flights: Flights
+    key: str
+    flight: Flight
+
+    def settle(self, retry: bool, retry_after: float | None = None) -> None:
+        """Record the leader's outcome: whether a follower's retry may get an answer (and after how
+        long the provider asked to wait)."""
+        self.flight.settle(retry=retry, retry_after=retry_after)
+
+    def land(self) -> None:
+        """End the flight and wake its followers."""
+        self.flights.land(self.key, self.flight)
+
+    def idle(self, idle: bool) -> None:
+        """The leader's stream: whether its caller holds every chunk so far (see :meth:`Flight.idle`)."""
+        self.flight.idle(idle)
 
 
-def lookup(
-    rt: Runtime,
-    key: str,
-    dialect: Dialect,
-    form: Form,
-    *,
-    again: bool = False,
-    max_age: float | None = None,
-) -> Step[Found]:
-    """The stored answer under ``key`` in the form this request wants (or ``None``); whether the
-    store failed (then the request goes upstream without coalescing: no second lookup); and the
-    form of the answer to read its usage from (a JSON document when either form is one, so a
-    streamed hit is not re-assembled just for the ledger). ``again``: the same request's second look
-    (a new flight's leader), whose unusable entry the first look already counted and logged.
-
-    An answer stored more than ``max_age`` seconds ago is not served (a miss, overwritten by the fresh
-    answer): a request whose URLs the caller vouched for accepts nothing older than its ``url_ttl``,
-    whoever stored the answer and for however long.
-    """
-    if not rt.breaker.allow():
-        rt.unavailable("lookup", None)
-        return None, True, None
-    try:
-        raw = yield Load(key)
-    except Exception as exc:
-        rt.unavailable("lookup", exc)
-        return None, True, None
-    rt.breaker.success()
-    if raw is None:
-        return None, False, None
-    try:
-        stored = record.decode(raw)
-        if max_age is not None and rt.clock() - stored.created_at > max_age:
-            return None, False, None  # older than the caller accepts: a miss, overwritten
-        if (lacking := lacks(stored, dialect, form)) is not None:
-            # Served in this form, the answer would lack a field the provider always sends in it: a
-            # miss, and the fresh answer (asked with its usage) overwrites the entry.
-            if not again:
-                rt.stats.add("incomplete_entries")
-                logger.debug("cache entry %s has no %s, which this form carries: a miss", key[-16:], lacking)
-            return None, False, None
-        served = in_form(stored, dialect, form)
-    except (CorruptEntryError, sse.StreamError) as exc:
-        # Treated as a miss; the fresh answer overwrites it under the same key.
-        if not again:
-            rt.stats.add("corrupt_entries")
-            logger.warning("corrupt cache entry %s is ignored and will be overwritten: %s", key[-16:], exc)
-        return None, False, None
-    return served, False, served if served.form == "json" else stored
+#: What the exact lookup gives: the answer, or ``None`` and the flight this request now leads (``None``
+#: when it goes upstream without one: a store that failed, ``only-if-cached``, a follower that gave up).
+Looked = tuple[Hit | None, Lead | None]
 
 
-def lacks(stored: record.CachedResponse, dialect: Dialect, form: Form) -> str | None:
-    """The field the provider always sends in ``form`` that ``stored`` does not hold (``"usage"``),
-    or ``None`` when it can be served in that form. The one rule of what forms an entry serves: the
-    exact lookup, single-flight followers and semantic hits all read entries through :func:`lookup`.
+class ExactLookup:
+    """The exact cache's lookup and single-flight for one pipeline."""
 
-    A record written before cachekit kept the fact is looked at (raises what reading it raises:
-    :class:`CorruptEntryError`, :class:`sse.StreamError`).
-    """
-    if not carries_usage(dialect, streaming=form.streaming, include_usage=form.include_usage):
-        return None
-    usage = stored.usage
-    if usage is None:
-        if stored.form == "sse":
-            usage = has_usage(sse.assemble(dialect, stored.body))
-        else:
-            try:
-                usage = has_usage(orjson.loads(stored.body))
-            except orjson.JSONDecodeError as exc:
-                raise CorruptEntryError("stored document is not JSON") from exc
-    return None if usage else "usage"
+    def __init__(self, runtime: Runtime, flights: Flights) -> None:
+        self._rt = runtime
+        self.flights = flights
 
+    def find(self, view: RequestView, call: Call) -> Step[Looked]:
+        """The stored answer, or ``None`` and the flight this request now leads (single-flight: not
+        for ``only-if-cached``, which never goes upstream)."""
+        served, failed, source = yield from lookup(
+            self._rt, call.key, call.route.dialect, call.form, max_age=call.control.max_age
+        )
+        if served is not None and source is not None:  # both or neither
+            return self._hit(view, call, served, source), None
+        if call.control.mode == "only-if-cached" or failed:
+            return None, None
+        return (yield from self._coalesce(view, call))
 
-def unechoed(rt: Runtime, dialect: Dialect, form: record.BodyForm, body: bytes) -> bytes:
-    """``body`` without the prompt fields the provider echoed, when prompts must not be stored."""
-    if rt.config.store_prompts or not echo.ECHOED_FIELDS[dialect]:
-        return body
-    return echo.strip_echo(dialect, form, body)
+    def _coalesce(self, view: RequestView, call: Call) -> Step[Looked]:
+        """Single-flight for a miss: lead the key's flight, or follow it and read its answer; ``None,
+        None`` to go upstream alone. See :mod:`cachekit.pipeline.flights`."""
+        key, dialect, form = call.key, call.route.dialect, call.form
+        follower = self.flights.follower(key, self._rt.config.coalesce_timeout)
+        replacing: Flight | None = None
+        while True:
+            flight, leading = self.flights.join(key, instead_of=replacing)
+            if leading:
+                return (yield from self._lead(view, call, Lead(self.flights, key, flight)))
+            step = follower.before(flight)
+            if not isinstance(step, str):
+                step = follower.after((yield Wait(flight, step)))
+            replacing = flight if step == "take over" else None
+            if step not in ("read", "give up"):
+                continue
+            served, failed, source = yield from lookup(
+                self._rt, key, dialect, form, max_age=call.control.max_age
+            )
+            if served is not None and source is not None:  # both or neither
+                hit = self._hit(view, call, served, source)
+                if hit is not None:
+                    self._rt.stats.add("coalesced")
+                return hit, None
+            if step == "give up" or failed or not flight.retry:
+                return None, None  # nothing to elect: this request goes upstream on its own
+            # The leader failed in a way a retry may fix: join again, where the first to do so leads.
 
+    def _lead(self, view: RequestView, call: Call, lead: Lead) -> Step[Looked]:
+        """Lead the flight after one more look (a leader may have landed between the first look and
+        the join)."""
+        try:
+            served, _, source = yield from lookup(
+                self._rt,
+                call.key,
+                call.route.dialect,
+                call.form,
+                again=True,
+                max_age=call.control.max_age,
+            )
+        except BaseException:
+            # Cancelled (or failed) while leading: land now, or followers would wait for nothing.
+            lead.land()
+            raise
+        if served is not None and source is not None:  # both or neither
+            lead.settle(retry=False)
+            lead.land()
+            return self._hit(view, call, served, source), None
+        return None, lead
 
-def reechoed(rt: Runtime, served: record.CachedResponse, view: RequestView) -> record.CachedResponse | None:
-    """A hit with the echoed prompt fields put back from the request (see :mod:`cachekit.providers.echo`),
-    or ``None`` when they cannot be (then the request is answered upstream)."""
-    dialect = view.route.dialect
-    if rt.config.store_prompts or not echo.ECHOED_FIELDS[dialect]:
-        return served
-    # The canonical body when built, else the caller's: the same fields either way.
-    body = view.canonical if view.canonical is not None else view.parsed()
-    if body is None:
-        return served
-    try:
-        restored = echo.restore_echo(dialect, served.form, served.body, body)
-    except (TypeError, ValueError, RecursionError) as exc:  # e.g. nesting deeper than orjson writes
-        logger.warning("cannot restore the echoed prompt of a cached answer; going upstream: %s", exc)
-        return None
-    return replace(served, body=restored)
+    def _hit(
+        self, view: RequestView, call: Call, served: record.CachedResponse, source: record.CachedResponse
+    ) -> Hit | None:
+        """The stored answer, replayed for this request; ``None`` when its echoed prompt cannot be put
+        back (then the request is answered upstream, without a flight)."""
+        rt = self._rt
+        replayed = reechoed(rt, served, view)
+        if replayed is None:
+            return None
+        rt.stats.add("hits")
+        logger.debug(
+            "hit provider=%s dialect=%s key=%s", call.route.provider, call.route.dialect, call.key[-16:]
+        )
+        return Hit(respond.replay(view.request, replayed, call.key, rt.clock), source, "exact_hit")

@@ -1,8 +1,9 @@
 """Stage 8, record cost: each answer's usage, normalized and priced into the ledger (a hit records
 the cost it avoided), and the provider's token count taught to the planner's estimator.
 
-Reads the answer and the keyed call (route, model, tenant, call site); writes nothing on the view;
-yields no effects (the ledger writes off the request path).
+Reads the answer (and, when an earlier stage parsed it, its body), the keyed call (route, model,
+tenant, call site) and what shaping planned; writes nothing on the view; yields no effects (the
+ledger writes off the request path).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from cachekit.cost.ledger import Outcome
 from cachekit.cost.usage import usage_of_body
 from cachekit.pipeline.key import Call
 from cachekit.pipeline.runtime import Runtime
-from cachekit.pipeline.shape import Shaper
 from cachekit.providers import sse
 from cachekit.shape.planner import Applied
 from cachekit.stores import record
@@ -29,9 +29,8 @@ logger = logging.getLogger("cachekit.pipeline")
 class Accountant:
     """Records calls in the ledger for one pipeline."""
 
-    def __init__(self, runtime: Runtime, shaper: Shaper) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
-        self._shaper = shaper
 
     def wanted(self, applied: Applied | None) -> bool:
         """Whether an answer has anything to record or teach (else it passes untouched)."""
@@ -65,7 +64,7 @@ class Accountant:
             if not isinstance(body, dict):
                 body = {}
             model = body.get("model")
-            provider = self._shaper.priced_as(call.route)
+            provider = self._rt.priced_as(call.route)
             # The usage is normalized once: the ledger's record carries it for the calibration too.
             usage = (
                 ledger.record_body(
@@ -81,6 +80,6 @@ class Accountant:
                 else usage_of_body(provider, call.route.dialect, body)
             )
             if applied is not None and applied.estimate and usage.input_total:
-                self._shaper.planner.estimator.observe(applied.model, applied.estimate, usage.input_total)
+                self._rt.planner.estimator.observe(applied.model, applied.estimate, usage.input_total)
         except Exception as exc:
             logger.warning("cost ledger failed to record a call: %s: %s", type(exc).__name__, exc)

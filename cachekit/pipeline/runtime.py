@@ -1,5 +1,8 @@
 """What every stage of one pipeline shares: the configuration, the counters, the store's circuit
-breaker and the store-health reports (a failed store call is logged and counted, never raised)."""
+breaker and the store-health reports (a failed store call is logged and counted, never raised), and
+what the pipeline learns across requests (the planner's memory, the caching rules hosts announced)
+with the two questions several stages ask of it: whose caching rules plan a request
+(:meth:`Runtime.rules_provider`) and whose prices price it (:meth:`Runtime.priced_as`)."""
 
 from __future__ import annotations
 
@@ -13,10 +16,19 @@ from cachekit.config import CacheConfig
 from cachekit.cost.ledger import Ledger
 from cachekit.errors import CacheUnavailableError, StoreError, StoreUnavailableError
 from cachekit.pipeline.breaker import CircuitBreaker
+from cachekit.providers import NO_PROMPT_CACHE, PROVIDERS, HostRules, Route
+from cachekit.shape.planner import Planner
 
-__all__ = ["PipelineStats", "Runtime"]
+__all__ = ["KNOWN_PROVIDERS", "PipelineStats", "Runtime"]
 
 logger = logging.getLogger("cachekit.pipeline")
+KNOWN_PROVIDERS = frozenset(provider.name for provider in PROVIDERS)
+
+# Why no breakpoints can be planned for a host, as ``x-cachekit-breakpoints: off; <why>`` says it.
+_OFF_NOT_YET = "unknown host: no rules announced yet"
+_OFF_UNKNOWN = "unknown host: set price_as"
+_OFF_NO_CACHE = "host bills no prompt cache"
+_OFF_OPENAI_ELSEWHERE = "price_as=openai: prompt_cache_key goes to OpenAI only"
 
 
 @dataclass
@@ -75,6 +87,41 @@ class Runtime:
     #: Where usage and cost are recorded (``None``: not recorded).
     ledger: Ledger | None = None
     stats: PipelineStats = field(default_factory=PipelineStats)
+    #: Places cache breakpoints, and learns: token ratios from usage (record cost), cache writes the
+    #: provider accepted (shape), each tenant's timing statistics (the pauses stage).
+    planner: Planner = field(default_factory=Planner)
+    #: The caching rules that hosts outside the provider table announced (``x-cachekit-rules``).
+    hosts: HostRules = field(default_factory=HostRules)
+
+    def rules_provider(self, route: Route) -> tuple[str | None, str]:
+        """Whose caching rules plan a request to ``route``, or ``None`` and why not (``x-cachekit-
+        breakpoints: off; <why>``). A known provider's own; for a host cachekit does not know (a gateway,
+        a compatible server), the ``price_as`` provider's, since only the caller knows what is behind
+        it, else the rules the host announced (none yet on the first call: it goes as written).
+        OpenAI's ``prompt_cache_key`` goes to OpenAI, or to a host that announced OpenAI's rules."""
+        if route.provider in KNOWN_PROVIDERS:
+            return route.provider, ""
+        announced = self.hosts.announced(route)
+        if self.config.price_as is not None:
+            named = self.config.price_as.strip().lower()
+            if named == "openai" and announced != "openai":
+                return None, _OFF_OPENAI_ELSEWHERE
+            return named, ""
+        if announced == NO_PROMPT_CACHE:
+            return None, _OFF_NO_CACHE
+        if announced is not None:
+            return announced, ""
+        return None, _OFF_UNKNOWN if self.hosts.answered(route) else _OFF_NOT_YET
+
+    def priced_as(self, route: Route) -> str:
+        """Whose price table prices a call: the known provider's, else ``price_as`` (the caller knows
+        best), else the rules the host announced, else the host's own name (no price)."""
+        if route.provider in KNOWN_PROVIDERS:
+            return route.provider
+        if self.config.price_as is not None:
+            return self.config.price_as
+        announced = self.hosts.announced(route)
+        return announced if announced is not None and announced != NO_PROMPT_CACHE else route.provider
 
     def unavailable(self, what: str, exc: Exception | None) -> None:
         """The store could not be asked (``exc``) or was skipped (breaker open) before going upstream.

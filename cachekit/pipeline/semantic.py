@@ -1,10 +1,12 @@
 """Stage 5, semantic lookup: after an exact miss, the stored answer of a question that means the
-same, inside the request's exact partition; and, once a fresh answer is stored, its indexing.
+same, inside the request's exact partition; and, once the store stage wrote a fresh answer, its
+indexing (:meth:`SemanticStage.remember`, or :meth:`SemanticStage.remember_later` for a stream).
 
 Reads the view's parsed body and the keyed call's scope and binding; writes nothing on the view;
 yields :class:`~cachekit.pipeline.effects.Offload` (embedding, vector search, indexing) and
-:class:`~cachekit.pipeline.effects.Load` (the indexed answer). Any failure of the embedder or index
-is a counted miss, never the caller's error.
+:class:`~cachekit.pipeline.effects.Load` (the indexed answer); gives a
+:class:`~cachekit.pipeline.entries.Hit`, or the :class:`SemanticCall` that indexes the fresh answer.
+Any failure of the embedder or index is a counted miss, never the caller's error.
 """
 
 from __future__ import annotations
@@ -15,14 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cachekit import _fork
-from cachekit._http import Response
 from cachekit.pipeline import respond
 from cachekit.pipeline.breaker import CircuitBreaker
 from cachekit.pipeline.controls import INELIGIBLE_HEADER, REFUSED_HEADER, SIMILARITY_HEADER, Control
 from cachekit.pipeline.effects import Offload, Step
-from cachekit.pipeline.exact import lookup, reechoed
+from cachekit.pipeline.entries import Hit, lookup, reechoed
 from cachekit.pipeline.key import Call
-from cachekit.pipeline.record_cost import Accountant
 from cachekit.pipeline.respond import Headers
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import RequestView
@@ -61,9 +61,8 @@ class SemanticCall:
 class SemanticStage:
     """The semantic layer of one pipeline: built when configured, or on a first per-request opt-in."""
 
-    def __init__(self, runtime: Runtime, accountant: Accountant, options: CanonicalOptions) -> None:
+    def __init__(self, runtime: Runtime, options: CanonicalOptions) -> None:
         self._rt = runtime
-        self._accountant = accountant
         self._options = options
         self._layer: SemanticLayer | None = None
         self._lock = _fork.lock(self)
@@ -117,11 +116,11 @@ class SemanticStage:
 
     def find(
         self, layer: SemanticLayer, view: RequestView, call: Call, *, search: bool = True
-    ) -> Step[tuple[Response | None, SemanticCall | None]]:
+    ) -> Step[tuple[Hit | None, SemanticCall | None]]:
         """After an exact miss: the stored answer of a question that means the same, if any.
 
-        Returns the response to serve (or ``None``) and what the upstream stage needs to index the
-        fresh answer. With ``search=False`` (a refresh) only the question is embedded, to index it.
+        Returns the hit (or ``None``) and what indexing the fresh answer needs once it is stored. With
+        ``search=False`` (a refresh) only the question is embedded, to index it.
         """
         rt = self._rt
         parsed = view.parsed()
@@ -161,23 +160,27 @@ class SemanticStage:
         served, failed, source = yield from lookup(rt, hit.entry_key, call.route.dialect, call.form)
         if served is None or source is None:
             if not failed:  # the indexed answer expired or was evicted: drop it from the index too
-                yield from self.step(semantic, "forget", hit.entry_key, None)
+                yield from self._step(semantic, "forget", hit.entry_key, None)
             return None, semantic
         max_age = call.control.max_age
         if max_age is not None and rt.clock() - served.created_at > max_age:
             return None, semantic  # older than this request's url_ttl accepts (still good for others)
-        rt.stats.add("semantic_hits")
-        logger.debug("semantic hit similarity=%.4f key=%s", hit.similarity, hit.entry_key[-16:])
-        self._accountant.account(call, source, "semantic_hit")
         replayed = reechoed(rt, served, view)
         if replayed is None:
-            return None, semantic
+            return None, semantic  # its echoed prompt cannot be put back: answered upstream
+        rt.stats.add("semantic_hits")
+        logger.debug("semantic hit similarity=%.4f key=%s", hit.similarity, hit.entry_key[-16:])
         extra = ((SIMILARITY_HEADER, f"{hit.similarity:.4f}"),)
-        return respond.replay(
+        response = respond.replay(
             view.request, replayed, hit.entry_key, rt.clock, outcome="semantic", extra=extra
-        ), None
+        )
+        return Hit(response, source, "semantic_hit"), None
 
-    def step(self, semantic: SemanticCall, what: str, entry_key: str, ttl: float | None) -> Step[None]:
+    def remember(self, semantic: SemanticCall, call: Call) -> Step[None]:
+        """Index the fresh answer the store stage wrote under ``call``'s key."""
+        yield from self._step(semantic, "remember", call.key, call.control.ttl)
+
+    def _step(self, semantic: SemanticCall, what: str, entry_key: str, ttl: float | None) -> Step[None]:
         """Index a stored answer (``remember``) or drop a stale one (``forget``); failures are counted."""
         layer, found = semantic.layer, semantic.lookup
         if found is None:  # the request was not eligible: nothing to index
@@ -193,11 +196,10 @@ class SemanticStage:
         else:
             self.breaker.success()
 
-    def stream_stored(self, exc: Exception | None, call: Call, semantic: SemanticCall | None) -> None:
-        """A streamed answer's store write finished: count it and, when stored, index it (in the
-        semantic layer's background workers, since this runs in the stream's driver)."""
-        self._rt.saved(exc)
-        if exc is not None or semantic is None or not self.breaker.allow():
+    def remember_later(self, semantic: SemanticCall, call: Call) -> None:
+        """Index a streamed answer the store stage wrote under ``call``'s key, in the semantic layer's
+        background workers (this runs where the stream ended: the caller's thread or event loop)."""
+        if not self.breaker.allow():
             return
         layer, found = semantic.layer, semantic.lookup
         if found is None:  # the request was not eligible: nothing to index

@@ -3,10 +3,11 @@ lint, stable-first ordering, and cache breakpoints (or OpenAI's ``prompt_cache_k
 provider whose caching rules apply.
 
 Reads the view's body and its prompt blocks (built once, reused across a conversation's calls for
-the unchanged prefix through a :class:`~cachekit.shape.blocks.BlockMemo`); writes :attr:`RequestView.shaped`
-when it changes the body; yields no effects. The planner learns from upstream answers
-(:meth:`Shaper.commit`); hosts outside the provider table may announce their rules
-(:meth:`Shaper.learn_rules`).
+the unchanged prefix through a :class:`~cachekit.shape.blocks.BlockMemo`) and the partition the key
+stage derived; writes :attr:`RequestView.shaped` when it changes the body; yields no effects; gives
+:class:`Shaped` (what was planned) to the stages after the answer. Once the provider answered, the
+planner learns what it accepted (:meth:`Shaper.commit`) and hosts outside the provider table may
+announce their rules (:meth:`Shaper.learn_rules`).
 """
 
 from __future__ import annotations
@@ -16,26 +17,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cachekit._http import Response
+from cachekit.pipeline import respond
 from cachekit.pipeline.controls import Control
-from cachekit.pipeline.runtime import Runtime
+from cachekit.pipeline.runtime import KNOWN_PROVIDERS, Runtime
 from cachekit.pipeline.view import RequestView
-from cachekit.providers import NO_PROMPT_CACHE, PROVIDERS, RULES_HEADER, HostRules, Route
+from cachekit.providers import RULES_HEADER, Route
 from cachekit.shape.blocks import BlockMemo
 from cachekit.shape.lint import PrefixLinter, PrefixLintError, lint_blocks
-from cachekit.shape.planner import Applied, PlanError, Planner, stable_first
+from cachekit.shape.planner import Applied, PlanError, stable_first
 
-__all__ = ["KNOWN_PROVIDERS", "Shaped", "Shaper"]
+__all__ = ["Shaped", "Shaper"]
 
 logger = logging.getLogger("cachekit.pipeline")
-KNOWN_PROVIDERS = frozenset(provider.name for provider in PROVIDERS)
 
-# Why no breakpoints were planned, as ``x-cachekit-breakpoints: off; <why>`` says it.
+# Why no breakpoints were planned, as ``x-cachekit-breakpoints: off; <why>`` says it (the reasons a
+# host gives are :meth:`Runtime.rules_provider`'s).
 _OFF_CONFIG = 'CacheConfig(breakpoints="off")'
 _OFF_REQUEST = "x-cachekit-breakpoints: off"
-_OFF_NOT_YET = "unknown host: no rules announced yet"
-_OFF_UNKNOWN = "unknown host: set price_as"
-_OFF_NO_CACHE = "host bills no prompt cache"
-_OFF_OPENAI_ELSEWHERE = "price_as=openai: prompt_cache_key goes to OpenAI only"
 _OFF_NOT_JSON = "not a JSON object"
 _OFF_PLAN_ERROR = "plan error"
 
@@ -60,10 +58,6 @@ class Shaper:
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
         config = runtime.config
-        #: Places cache breakpoints on requests going upstream, and learns token ratios from usage.
-        self.planner = Planner()
-        #: The caching rules that hosts outside the provider table announced (x-cachekit-rules).
-        self.hosts = HostRules()
         #: The blocks of prompt parts seen before (a growing conversation's unchanged prefix).
         self.memo = BlockMemo()
         self.linter = (
@@ -107,7 +101,7 @@ class Shaper:
                 logger.warning("cachekit lint failed: %s: %s", type(exc).__name__, exc)
         if off:
             return Shaped(breakpoints=_off(off))
-        provider, why = self.rules_provider(route)
+        provider, why = self._rt.rules_provider(route)
         if provider is None:
             return Shaped(breakpoints=_off(why))
         try:
@@ -122,7 +116,7 @@ class Shaper:
                     # The moved blocks' paths changed: find them again in the new order.
                     blocks = view.blocks(self.memo, scope)
                     volatile = {f.where for f in lint_blocks(blocks, patterns=patterns)}
-            applied = self.planner.apply(
+            applied = self._rt.planner.apply(
                 provider,
                 route.dialect,
                 body,
@@ -148,17 +142,29 @@ class Shaper:
         view.unshape()
         return Shaped(breakpoints=_off(_OFF_PLAN_ERROR))
 
+    def refusal(self, view: RequestView, exc: PrefixLintError) -> Response:
+        """``lint="raise"``: the answer to a request :meth:`shape` refused, a 400 that names the
+        findings (the SDKs raise their BadRequestError, and do not retry); nothing goes upstream."""
+        self._rt.stats.add("lint_refusals")
+        message = f"cachekit: {exc}"
+        return respond.synthetic(
+            view.request, view.route.dialect, 400, "invalid_request_error", message, reason="lint"
+        )
+
     def commit(self, applied: Applied | None) -> None:
         """The provider accepted a planned request: remember what it wrote."""
         if applied is not None:
-            self.planner.commit(applied)
+            self._rt.planner.commit(applied)
 
     def learn_rules(self, route: Route, response: Response) -> None:
-        """Remember the rules an unknown host announced; warn once per host that announced none, when
-        the caller named no ``price_as`` either and something is lost (planning or prices)."""
+        """Remember the rules a host outside the provider table announced with its answer; warn once
+        per host that announced none, when the caller named no ``price_as`` either and something is
+        lost (planning or prices)."""
+        if route.provider in KNOWN_PROVIDERS:
+            return  # its rules are in the table
         config = self._rt.config
         answered = 200 <= response.status_code < 300
-        silent = self.hosts.learn(route, response.headers.get(RULES_HEADER), answered=answered)
+        silent = self._rt.hosts.learn(route, response.headers.get(RULES_HEADER), answered=answered)
         wanted = config.breakpoints != "off" or self._rt.ledger is not None
         if silent and config.price_as is None and wanted:
             logger.warning(
@@ -167,35 +173,3 @@ class Shaper:
                 "CacheConfig(price_as=...), e.g. price_as='anthropic'",
                 route.provider,
             )
-
-    def rules_provider(self, route: Route) -> tuple[str | None, str]:
-        """Whose caching rules plan this request, or ``None`` and why not (``x-cachekit-breakpoints:
-        off; <why>``). A known provider's own; for a host cachekit does not know (a gateway, a
-        compatible server), the ``price_as`` provider's, since only the caller knows what is behind
-        it, else the rules the host announced (none yet on the first call: it goes as written).
-        OpenAI's ``prompt_cache_key`` goes to OpenAI, or to a host that announced OpenAI's rules."""
-        if route.provider in KNOWN_PROVIDERS:
-            return route.provider, ""
-        config = self._rt.config
-        announced = self.hosts.announced(route)
-        if config.price_as is not None:
-            named = config.price_as.strip().lower()
-            if named == "openai" and announced != "openai":
-                return None, _OFF_OPENAI_ELSEWHERE
-            return named, ""
-        if announced == NO_PROMPT_CACHE:
-            return None, _OFF_NO_CACHE
-        if announced is not None:
-            return announced, ""
-        return None, _OFF_UNKNOWN if self.hosts.answered(route) else _OFF_NOT_YET
-
-    def priced_as(self, route: Route) -> str:
-        """Whose price table prices a call: the known provider's, else ``price_as`` (the caller knows
-        best), else the rules the host announced, else the host's own name (no price)."""
-        if route.provider in KNOWN_PROVIDERS:
-            return route.provider
-        config = self._rt.config
-        if config.price_as is not None:
-            return config.price_as
-        announced = self.hosts.announced(route)
-        return announced if announced is not None and announced != NO_PROMPT_CACHE else route.provider

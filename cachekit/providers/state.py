@@ -31,9 +31,10 @@ types (an empty alternative: no ``type`` at all), a name without ``<...>`` match
 object has, ``a|b`` outside brackets is either pattern, and a pattern ending in ``.**`` names a whole
 subtree. A live or state row names each position explicitly (``**`` only at its end), because
 :func:`classify` follows the rows' own paths through a body instead of visiting every key of it;
-:attr:`Field.anywhere` says what a row must cover, and ``tests/test_classification.py`` checks it
-against both installed SDKs' request types, as it checks that every field they define is decided
-here on purpose. A field no row names is answer-determining: fields are opted *out* of the key.
+:attr:`Field.anywhere` says what a row must cover, and ``tests/providers/test_classification.py``
+checks it against both installed SDKs' request types, as it checks that every field they define is
+decided here on purpose. A field no row names is answer-determining: fields are opted *out* of the
+key.
 """
 
 from __future__ import annotations

@@ -174,10 +174,19 @@ def operating_point(
             continue
         return row.threshold
     best = max(row.precision for row in verifier.calibration)
+    # Only what was asked, in figures (never Python's None), and nothing about data sets the user
+    # does not have: the calibration itself is described in docs/semantic.md.
+    asked = " and ".join(
+        f"{name}={value:g}"
+        for name, value in (
+            ("target_precision", target_precision),
+            ("max_false_hit_rate", max_false_hit_rate),
+        )
+        if value is not None
+    )
     raise ConfigError(
-        f"no calibrated operating point reaches target_precision={target_precision} "
-        f"max_false_hit_rate={max_false_hit_rate} (best calibrated precision {best:.3f}, "
-        f"on {verifier.calibrated_on})"
+        f"no calibrated operating point reaches {asked} (the best calibrated precision is {best:.3f}): "
+        "ask for less, or set a threshold instead"
     )
 
 

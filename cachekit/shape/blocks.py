@@ -55,9 +55,9 @@ __all__ = [
 
 _TEXT_TYPES = ("text", "input_text", "output_text")
 # The Messages API's content blocks that take a cache_control field (the anthropic SDK's block
-# params, stable and beta; tests/test_marker_census.py checks the installed SDK against this list).
-# An allow-list: a block type cachekit does not know (a new beta block) is never marked. Thinking
-# blocks "cannot be explicitly marked with cache_control".
+# params, stable and beta; tests/shape/test_marker_census.py checks the installed SDK against this
+# list). An allow-list: a block type cachekit does not know (a new beta block) is never marked.
+# Thinking blocks "cannot be explicitly marked with cache_control".
 _MARKABLE_TYPES = frozenset(
     {
         "text",

@@ -20,7 +20,7 @@ import orjson
 
 from cachekit.shape.blocks import Block, prompt_blocks
 
-__all__ = ["Divergence", "diff_requests", "guess_dialect", "load_request"]
+__all__ = ["Divergence", "check_dialect", "diff_requests", "guess_dialect", "load_request"]
 
 _BEFORE = 40  # characters of context shown before the divergence
 _AFTER = 80  # and after it
@@ -96,6 +96,46 @@ def guess_dialect(body: dict[str, Any]) -> str:
         if isinstance(tool, dict) and "function" in tool:
             return "openai_chat"
     return "anthropic_messages"
+
+
+#: Content block types only Anthropic's Messages API has (OpenAI's are text, image_url, input_*...).
+_ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document"})
+
+
+def check_dialect(dialect: str, body: dict[str, Any]) -> None:
+    """Refuse a body that is visibly not written in ``dialect``: read as another API's, its prompt
+    would be read in part (an Anthropic body read as Chat Completions loses its top-level
+    ``system``), and a diff or lint of it would be a wrong answer, not an error.
+
+    Raises:
+        ValueError: naming what in the body belongs to another dialect.
+    """
+    own = guess_dialect(body)
+    reason = None
+    if dialect == "openai_responses" and "input" not in body:
+        reason = "it has no 'input'"
+    elif dialect != "openai_responses" and "input" in body and "messages" not in body:
+        reason = "it has 'input', as an OpenAI Responses request"
+    elif dialect == "anthropic_messages" and own == "openai_chat":
+        reason = "its messages or tools are written as OpenAI Chat Completions ones"
+    elif dialect == "openai_chat" and "system" in body:
+        reason = "it has a top-level 'system', as an Anthropic Messages request"
+    elif dialect == "openai_chat" and _has_anthropic_blocks(body):
+        reason = "its messages hold Anthropic content blocks (tool_use, tool_result, thinking...)"
+    if reason is not None:
+        raise ValueError(
+            f"the request is not a {dialect} request: {reason} (leave the dialect out, and it is guessed)"
+        )
+
+
+def _has_anthropic_blocks(body: dict[str, Any]) -> bool:
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") in _ANTHROPIC_BLOCKS:
+                return True
+    return False
 
 
 def _pair_dialect(a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -247,8 +287,16 @@ def diff_requests(a: dict[str, Any], b: dict[str, Any], *, dialect: str | None =
     ``thinking``).
 
     ``dialect`` (``anthropic_messages``, ``openai_chat``, ``openai_responses``) is guessed from the
-    bodies when not given (:func:`guess_dialect`). Token indexes need the ``tokens`` extra (tiktoken).
+    bodies when not given (:func:`guess_dialect`); a dialect given that a body visibly is not written
+    in raises :class:`ValueError` (:func:`check_dialect`). Token indexes need the ``tokens`` extra
+    (tiktoken).
     """
+    if dialect is not None:
+        for name, body in (("A", a), ("B", b)):
+            try:
+                check_dialect(dialect, body)
+            except ValueError as error:
+                raise ValueError(f"{name}: {error}") from None
     if a.get("model") != b.get("model"):
         model_a, model_b = _plain(a.get("model")), _plain(b.get("model"))
         detail = f"model {model_a or '(none)'} -> {model_b or '(none)'}"

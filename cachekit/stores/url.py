@@ -23,7 +23,7 @@ from cachekit.stores.base import Store
 from cachekit.stores.memory import MemoryStore
 from cachekit.stores.sqlite import SQLiteStore
 
-__all__ = ["SUPPORTED_SCHEMES", "store_from_url"]
+__all__ = ["SUPPORTED_SCHEMES", "sqlite_path", "store_from_url"]
 
 #: The schemes :func:`store_from_url` opens, in the order the error message lists them.
 SUPPORTED_SCHEMES = ("memory", "sqlite", "redis", "rediss", "redis+cluster", "rediss+cluster")
@@ -87,12 +87,29 @@ def _positive_int(params: dict[str, str], name: str) -> int | None:
     return int(value)
 
 
+def sqlite_path(url: str, *, home: Path) -> Path | None:
+    """The database file a ``sqlite://`` URL names (``None`` for any other scheme), without opening
+    or creating it: for the operator's commands, which never make a store where a typo points.
+
+    Raises:
+        ConfigError: a ``sqlite://`` URL :func:`store_from_url` would refuse.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.strip().lower() != "sqlite":
+        return None
+    return _sqlite_file(rest, home)
+
+
 def _sqlite(rest: str, home: Path) -> SQLiteStore:
+    return SQLiteStore(_sqlite_file(rest, home))
+
+
+def _sqlite_file(rest: str, home: Path) -> Path:
     location, _, query = rest.partition("?")
     if query:
         raise ConfigError(f"sqlite:// takes no query parameters, got {query!r}")
     if location == "":
-        return SQLiteStore(Path(home) / "cache.sqlite3")
+        return Path(home) / "cache.sqlite3"
     if not location.startswith("/"):
         # sqlite://relative/x.db would silently depend on the working directory (and looks like a host).
         raise ConfigError(
@@ -102,7 +119,7 @@ def _sqlite(rest: str, home: Path) -> SQLiteStore:
     path = unquote(location)
     if path.endswith("/"):
         raise ConfigError(f"sqlite:// path {location!r} names a directory, not a database file")
-    return SQLiteStore(Path(path))
+    return Path(path)
 
 
 def _supported() -> str:

@@ -25,11 +25,11 @@ Every page commits the generated text, so that it reads complete in the reposito
 hosted site): the marker opens a block that ``<!-- /cachekit:KIND -->`` closes, and the text between
 them is what the generator printed. ``scripts/gen-docs`` (``python docs/hooks/generated.py``) rewrites
 every block under ``docs/`` from the code, and turns a bare marker into a block (``--check``: exit 1,
-naming the stale pages, instead of writing); ``tests/test_docs.py`` fails while a page holds a bare
-marker or a block that differs from what the generator prints, so a change to the data files or the
-command line is committed with its docs. The site build regenerates each block like a marker, so the
-site shows the same text. The generated text is plain Markdown (no MkDocs-only syntax): it is read on
-the code host as it is.
+naming the stale pages, instead of writing); ``tests/meta/test_docs.py`` fails while a page holds a
+bare marker or a block that differs from what the generator prints, so a change to the data files or
+the command line is committed with its docs. The site build regenerates each block like a marker, so
+the site shows the same text. The generated text is plain Markdown (no MkDocs-only syntax): it is
+read on the code host as it is.
 """
 
 from __future__ import annotations
@@ -471,9 +471,10 @@ def _alternatives(pattern: str) -> list[str]:
 def _cli_parser() -> argparse.ArgumentParser:
     """The ``cachekit`` command line's parser, laid out :data:`HELP_WIDTH` columns wide, never in color."""
     from cachekit.cli import _build_parser
+    from cachekit.cli._common import Formatter
 
     parser = _build_parser()
-    layout = functools.partial(argparse.HelpFormatter, width=HELP_WIDTH)
+    layout = functools.partial(Formatter, width=HELP_WIDTH)  # the command's own layout (examples kept)
     for each in (parser, *_subparsers(parser).values()):
         each.formatter_class = layout
         if hasattr(each, "color"):  # Python 3.14 colors help on a terminal

@@ -16,6 +16,7 @@ import pytest
 
 from cachekit.local import LocalBackend, LocalServer
 from cachekit.shape.tokens import encoding
+from tests.conftest import sdk_client
 from tests.sdk_events import untyped
 
 CLAUDE = "claude-sonnet-4-5"
@@ -29,16 +30,24 @@ def server() -> Iterator[LocalServer]:
         yield running
 
 
-def claude_client(server: LocalServer, *, key: str = "k1", strict: bool = True) -> anthropic.Anthropic:
-    return anthropic.Anthropic(
-        api_key=key, base_url=server.url, max_retries=0, _strict_response_validation=strict
-    )
+def _url(at: LocalServer | str) -> str:
+    return at.url if isinstance(at, LocalServer) else at
 
 
-def gpt_client(server: LocalServer, *, key: str = "k1", strict: bool = True) -> openai.OpenAI:
-    return openai.OpenAI(
-        api_key=key, base_url=server.url + "/v1", max_retries=0, _strict_response_validation=strict
+def claude_client(at: LocalServer | str, *, key: str = "k1", strict: bool = True) -> anthropic.Anthropic:
+    """The plain Anthropic SDK on the server ``at`` (or its base URL), from the suite's one factory."""
+    client: anthropic.Anthropic = sdk_client(
+        "anthropic", plain=True, api_key=key, base_url=_url(at), _strict_response_validation=strict
     )
+    return client
+
+
+def gpt_client(at: LocalServer | str, *, key: str = "k1", strict: bool = True) -> openai.OpenAI:
+    """The plain OpenAI SDK on the server ``at`` (or its base URL), from the suite's one factory."""
+    client: openai.OpenAI = sdk_client(
+        "openai", plain=True, api_key=key, base_url=_url(at) + "/v1", _strict_response_validation=strict
+    )
+    return client
 
 
 @pytest.fixture

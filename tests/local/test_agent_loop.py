@@ -22,7 +22,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.local.conftest import CLAUDE, GPT, typed
+from tests.local.conftest import CLAUDE, GPT, claude_client, gpt_client, typed
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = {
@@ -129,9 +129,7 @@ def _run(call: Any, output: str) -> dict[str, Any]:
 
 
 def test_an_openai_responses_agent_loop(served: str) -> None:
-    with openai.OpenAI(
-        api_key="agent", base_url=served + "/v1", max_retries=0, _strict_response_validation=True
-    ) as gpt:
+    with gpt_client(served, key="agent") as gpt:
         asked: list[Any] = [
             {
                 "type": "additional_tools",
@@ -212,9 +210,7 @@ def _billed(usage: Any) -> int:
 
 
 def test_an_anthropic_messages_agent_loop(served: str) -> None:
-    with anthropic.Anthropic(
-        api_key="agent", base_url=served, max_retries=0, _strict_response_validation=True
-    ) as claude:
+    with claude_client(served, key="agent") as claude:
         messages: list[Any] = [
             {"role": "user", "content": "What's the weather in Oslo? Check with bash too."}
         ]

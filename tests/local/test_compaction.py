@@ -39,14 +39,12 @@ def test_responses_compaction_is_one_item_before_the_answer(gpt: openai.OpenAI) 
 
 
 def test_a_compaction_trigger_item_compacts_now(gpt: openai.OpenAI) -> None:
-    response = gpt.responses.create(
-        model=GPT,
-        input=[
-            {"role": "user", "content": "Hi"},
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello"}]},
-            {"type": "compaction_trigger"},
-        ],
-    )
+    items: Any = [
+        {"role": "user", "content": "Hi"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello"}]},
+        {"type": "compaction_trigger"},
+    ]
+    response = gpt.responses.create(model=GPT, input=items)
     typed(response)
     [item] = response.output
     assert item.type == "compaction"
@@ -61,14 +59,12 @@ def test_the_compact_endpoint(server: LocalServer) -> None:
     # The API lists the user messages as output items (role "user"), which the SDK's output type does
     # not declare: read without strict validation, as a client does by default.
     with gpt_client(server, strict=False) as gpt:
-        compacted = gpt.responses.compact(
-            model=GPT,
-            input=[
-                {"role": "user", "content": "First question"},
-                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "A"}]},
-                {"role": "user", "content": "Second question"},
-            ],
-        )
+        conversation: Any = [
+            {"role": "user", "content": "First question"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "A"}]},
+            {"role": "user", "content": "Second question"},
+        ]
+        compacted = gpt.responses.compact(model=GPT, input=conversation)
     assert compacted.object == "response.compaction"
     assert [item.type for item in compacted.output] == ["message", "message", "compaction"]
     assert compacted.usage.input_tokens > 0

@@ -3,6 +3,8 @@ by model family with no silent fall-back to an older family's rules."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 from genai_prices import data_snapshot
@@ -13,7 +15,7 @@ from cachekit.local import LocalBackend
 from cachekit.providers.cache_rules import _version as version_of
 from cachekit.providers.cache_rules import default_cache_rules
 
-BODIES = {
+BODIES: dict[str, tuple[str, dict[str, Any]]] = {
     "anthropic": ("/v1/messages", {"max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}),
     "openai": ("/v1/responses", {"input": "Hi"}),
 }

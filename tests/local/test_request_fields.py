@@ -18,7 +18,7 @@ import pytest
 
 from cachekit.local import LocalServer
 from cachekit.providers.request_fields import endpoint_fields
-from tests.local.conftest import CLAUDE, GPT
+from tests.local.conftest import CLAUDE, GPT, claude_client, gpt_client
 from tests.local.sdk_fields import DATA, data_sdk_view, sdk_view
 
 
@@ -59,7 +59,7 @@ def _post(server: LocalServer, path: str, body: dict[str, Any], **headers: str) 
 
 
 def test_unknown_top_level_fields_are_the_providers_400(server: LocalServer) -> None:
-    with openai.OpenAI(api_key="k", base_url=server.url + "/v1", max_retries=0) as gpt:
+    with gpt_client(server, key="k", strict=False) as gpt:
         for call in (
             lambda: gpt.responses.create(model=GPT, input="hi", extra_body={"reasoning_budget": 3}),
             lambda: gpt.chat.completions.create(
@@ -74,15 +74,15 @@ def test_unknown_top_level_fields_are_the_providers_400(server: LocalServer) -> 
                 "param": "reasoning_budget",
                 "code": "unknown_parameter",
             }
-    with anthropic.Anthropic(api_key="k", base_url=server.url, max_retries=0) as claude:
-        with pytest.raises(anthropic.BadRequestError) as refused:
+    with claude_client(server, key="k", strict=False) as claude:
+        with pytest.raises(anthropic.BadRequestError) as refused_here:
             claude.messages.create(
                 model=CLAUDE,
                 max_tokens=8,
                 messages=[{"role": "user", "content": "hi"}],
                 extra_body={"foo": 1},
             )
-        assert refused.value.body["error"]["message"] == "foo: Extra inputs are not permitted"  # type: ignore[index]
+        assert refused_here.value.body["error"]["message"] == "foo: Extra inputs are not permitted"  # type: ignore[index]
         # A field the SDK does not type but the API takes: accepted.
         claude.messages.create(
             model=CLAUDE, max_tokens=8, messages=[{"role": "user", "content": "hi"}], extra_body={"top_k": 5}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import openai
 import orjson
 import pytest
@@ -20,14 +20,14 @@ from cachekit.local.parse import parse
 from cachekit.local.scripted import call_of, example
 from tests.local.conftest import CLAUDE, GPT, typed
 
-LOOKUP = {
+LOOKUP: Any = {
     "type": "object",
     "properties": {"id": {"type": "integer", "minimum": 3}, "verbose": {"type": "boolean"}},
     "required": ["id"],
     "additionalProperties": False,
 }
-SEARCH = {"type": "object", "properties": {"q": {"type": "string", "minLength": 2}}, "required": ["q"]}
-CRM = {
+SEARCH: Any = {"type": "object", "properties": {"q": {"type": "string", "minLength": 2}}, "required": ["q"]}
+CRM: Any = {
     "type": "namespace",
     "name": "crm",
     "description": "Customer records.",
@@ -35,7 +35,12 @@ CRM = {
         {"type": "function", "name": "lookup", "description": "Find a customer.", "parameters": LOOKUP}
     ],
 }
-PATCH = {"type": "custom", "name": "apply_patch", "description": "Apply a patch.", "format": {"type": "text"}}
+PATCH: Any = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Apply a patch.",
+    "format": {"type": "text"},
+}
 
 
 def _valid(arguments: Any, schema: dict[str, Any]) -> None:
@@ -72,7 +77,7 @@ def test_custom_tools_are_called_with_text_and_streamed_as_the_api_streams_them(
 
 def test_a_forced_tool_choice_of_any_tool_type_is_obeyed(gpt: openai.OpenAI) -> None:
     """A forced custom tool is called, never answered as if the choice were ``auto``."""
-    tools = [CRM, PATCH, {"type": "function", "name": "search", "parameters": SEARCH}]
+    tools: Any = [CRM, PATCH, {"type": "function", "name": "search", "parameters": SEARCH}]
     custom = gpt.responses.create(
         model=GPT, input="Hi", tools=tools, tool_choice={"type": "custom", "name": "apply_patch"}
     )
@@ -91,14 +96,18 @@ def test_a_forced_tool_choice_of_any_tool_type_is_obeyed(gpt: openai.OpenAI) -> 
     )
     typed(custom, function, allowed)
     assert [item.type for item in custom.output] == ["custom_tool_call"]
-    assert [(item.type, item.name) for item in function.output] == [("function_call", "search")]
-    assert [(item.type, item.name) for item in allowed.output] == [("function_call", "search")]
+    assert [(item.type, getattr(item, "name", None)) for item in function.output] == [
+        ("function_call", "search")
+    ]
+    assert [(item.type, getattr(item, "name", None)) for item in allowed.output] == [
+        ("function_call", "search")
+    ]
     with pytest.raises(openai.BadRequestError, match="does not run the hosted tool 'code_interpreter'"):
         gpt.responses.create(model=GPT, input="Hi", tools=tools, tool_choice={"type": "code_interpreter"})
 
 
 def test_tools_declared_in_input_items_are_offered_from_there_on(gpt: openai.OpenAI) -> None:
-    deferred = {"type": "function", "name": "search", "parameters": SEARCH, "defer_loading": True}
+    deferred: Any = {"type": "function", "name": "search", "parameters": SEARCH, "defer_loading": True}
     tools: Any = [{"type": "tool_search"}, deferred]
     unloaded = gpt.responses.create(model=GPT, input="Call search", tools=tools)
     assert all(item.type == "message" for item in unloaded.output)  # a deferred tool is not offered
@@ -155,11 +164,11 @@ def test_parallel_calls_and_custom_call_turns(gpt: openai.OpenAI) -> None:
 
 
 def test_chat_custom_tools(gpt: openai.OpenAI) -> None:
-    custom = {"type": "custom", "custom": {"name": "apply_patch", "format": {"type": "text"}}}
+    custom: Any = {"type": "custom", "custom": {"name": "apply_patch", "format": {"type": "text"}}}
     completion = gpt.chat.completions.create(
         model=GPT,
         messages=[{"role": "user", "content": "Hi"}],
-        tools=[custom],  # type: ignore[list-item]
+        tools=[custom],
         tool_choice={"type": "custom", "custom": {"name": "apply_patch"}},
     )
     typed(completion)
@@ -168,7 +177,7 @@ def test_chat_custom_tools(gpt: openai.OpenAI) -> None:
     assert (call.custom.name, call.custom.input) == ("apply_patch", "example input for apply_patch")
     replied = gpt.chat.completions.create(
         model=GPT,
-        tools=[custom],  # type: ignore[list-item]
+        tools=[custom],
         messages=[
             {"role": "user", "content": "Hi"},
             completion.choices[0].message.model_dump(exclude_none=True),  # type: ignore[list-item]
@@ -198,8 +207,8 @@ def test_client_tools_anthropic_defines_are_called_with_their_input_shape(
     typed(message)
     calls = {block.name: block.input for block in message.content if block.type == "tool_use"}
     assert set(calls) == {"bash", "str_replace_based_edit_tool", "memory"}
-    assert isinstance(calls["bash"]["command"], str)  # type: ignore[index]
-    assert calls["str_replace_based_edit_tool"]["command"] == "view"  # type: ignore[index]
+    assert isinstance(calls["bash"]["command"], str)
+    assert calls["str_replace_based_edit_tool"]["command"] == "view"
     assert calls["memory"] == {"command": "view", "path": "/memories"}
 
 

@@ -9,7 +9,6 @@ import zlib
 from typing import Any
 
 import httpx2
-import openai
 import orjson
 import pytest
 import websockets.exceptions
@@ -18,7 +17,7 @@ import zstandard
 from cachekit.errors import RequestRefusedError
 from cachekit.local import LocalBackend, LocalServer
 from cachekit.local.encoding import decoded_body
-from tests.local.conftest import GPT
+from tests.local.conftest import GPT, gpt_client
 
 BODY = orjson.dumps({"model": GPT, "input": "What's compressed?"})
 
@@ -90,7 +89,7 @@ def test_a_responses_websocket_attempt_is_told_to_use_http(server: LocalServer) 
     """The openai SDK's ``responses.connect()`` (the WebSocket mode) gets the 426 that makes a client
     fall back to HTTP at once, and the same client's HTTP request is answered."""
     before = server.backend.stats.requests
-    with openai.OpenAI(api_key="k", base_url=server.url + "/v1", max_retries=0) as gpt:
+    with gpt_client(server, key="k", strict=False) as gpt:
         with (
             pytest.raises(websockets.exceptions.InvalidStatus) as refused,
             gpt.responses.connect() as connection,

@@ -1,0 +1,1 @@
+"""Tests of cachekit/clients/: the drop-in clients, wrap() and the repeated-call memo."""

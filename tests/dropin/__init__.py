@@ -1,0 +1,1 @@
+"""End to end through the real SDK clients: drop-in behaviour, streaming, frameworks, many threads."""

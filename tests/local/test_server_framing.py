@@ -1,0 +1,359 @@
+"""``cachekit serve`` reads every request body within its cap, whatever the framing says.
+
+A real :class:`LocalServer` on loopback with a small body cap, spoken to over a raw socket so that
+any framing can be sent: ``Content-Length`` and chunked bodies, chunk sizes, extensions and trailers,
+and several requests pipelined on one keep-alive connection. The oracle is written from RFC 9112 and
+docs/local.md, not from the server's code:
+
+* a request whose framing is valid and whose body (framing included) fits the cap is answered 200,
+  with the answer the backend gives for exactly that body (so no byte of one pipelined request is
+  read as part of another);
+* a valid framing over the cap is a 413; a malformed one a 400 or 413, an unsupported transfer coding
+  a 501; after such an answer the server answers nothing more on that connection (it closes it);
+* the server never takes more than the cap off the connection for one body
+  (:attr:`LocalServer.peak_body_read`), so what it holds for a body is bounded by the cap, not by
+  what the client sends.
+
+Each example sends its bytes, half-closes the connection and reads until the server closes it: no
+timing is involved (the server's own idle timeout ends a connection that a bug left waiting).
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pytest
+import tiktoken  # noqa: F401 - LocalBackend() below counts with it: without it, the module skips
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from cachekit.local import LocalBackend, LocalServer
+
+CAP = 8192
+MODEL = "claude-sonnet-4-5"
+HEAD = b"POST /v1/messages HTTP/1.1\r\nHost: local\r\nx-api-key: k\r\ncontent-type: application/json\r\n"
+
+
+@functools.cache
+def _oracle() -> LocalBackend:
+    """Backends answer the scripted engine's deterministic reply for a body: this one is the oracle
+    (made on first use, not at import: collection must not need the tokens extra)."""
+    return LocalBackend()
+
+
+@pytest.fixture
+def server() -> Iterator[LocalServer]:
+    """A server per test, so that what one test made it read is not charged to another."""
+    with LocalServer(LocalBackend(), max_body=CAP) as running:
+        yield running
+
+
+def body_of(marker: int, padding: int) -> bytes:
+    request = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": f"req{marker} " + "x" * padding}],
+    }
+    return orjson.dumps(request)
+
+
+def expected_text(body: bytes) -> str:
+    reply = _oracle().handle("POST", "/v1/messages", {"x-api-key": "k"}, body, host="local")
+    assert reply.status == 200
+    text: str = orjson.loads(reply.content)["content"][0]["text"]
+    return text
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+
+
+def exchange(server: LocalServer, data: bytes) -> list[Response]:
+    """Send ``data``, half-close, and parse every response until the server closes the connection."""
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:  # a broken pipe, a reset, or a reset socket that cannot be shut down
+            pass  # the server refused the framing and closed before taking everything: allowed
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except ConnectionResetError:
+            pass  # closed with bytes of ours unread: a reset, after what it had sent
+    responses = []
+    while received:
+        head, separator, rest = received.partition(b"\r\n\r\n")
+        assert separator, f"a truncated response head: {received[:200]!r}"
+        lines = head.split(b"\r\n")
+        status = int(lines[0].split(b" ")[1])
+        fields = dict(line.lower().split(b": ", 1) for line in lines[1:])
+        length = int(fields[b"content-length"])
+        assert len(rest) >= length, "a truncated response body"
+        responses.append(Response(status, rest[:length]))
+        received = rest[length:]
+    return responses
+
+
+# -- the "-1" chunk size: it used to read the connection to its end, past the cap ------------------
+
+
+def test_a_negative_chunk_size_is_refused_without_reading_on(server: LocalServer) -> None:
+    flood = b"x" * (8 * CAP)  # what a read(-1) would take in: all of it, to the end of the stream
+    data = HEAD + b"Transfer-Encoding: chunked\r\n\r\n-1\r\n" + flood
+    responses = exchange(server, data)
+    assert [r.status for r in responses] == [400]
+    assert orjson.loads(responses[0].body)["type"] == "error"
+    assert server.peak_body_read <= CAP
+
+
+# -- framing fuzz ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wire:
+    """One request on the wire and what the server must answer to it."""
+
+    data: bytes
+    #: The statuses allowed; a 200 is checked against the oracle's answer for ``body``.
+    expect: frozenset[int]
+    body: bytes
+    #: A malformed request must be the last on its connection (a wrong length would eat the next).
+    last: bool = False
+
+
+OK = frozenset({200})
+REFUSED = frozenset({400, 413})
+
+
+@st.composite
+def hex_size(draw: st.DrawFn, size: int) -> bytes:
+    digits = f"{size:x}"
+    digits = "".join(c.upper() if draw(st.booleans()) else c for c in digits)
+    return (b"0" * draw(st.integers(0, 3))) + digits.encode()
+
+
+_TOKENS = st.text(alphabet="abcXYZ019!#$%&'*+-.^_`|~", min_size=1, max_size=8)
+_QUOTED = st.text(alphabet='ab c;=,\t\\"', max_size=8).map(
+    lambda t: '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
+)
+
+
+@st.composite
+def extensions(draw: st.DrawFn) -> bytes:
+    parts = []
+    for _ in range(draw(st.integers(0, 2))):
+        space = draw(st.sampled_from(["", " ", "\t "]))
+        name = draw(_TOKENS)
+        value = draw(st.none() | _TOKENS | _QUOTED)
+        parts.append(f"{space};{space}{name}" + ("" if value is None else f"{space}={space}{value}"))
+    return "".join(parts).encode()
+
+
+@st.composite
+def trailers(draw: st.DrawFn) -> bytes:
+    count = draw(st.integers(0, 3))
+    values = st.text(alphabet="abc 012\t:;,", max_size=12).map(str.strip)
+    return b"".join(f"X-T{i}: {draw(values)}\r\n".encode() for i in range(count))
+
+
+@st.composite
+def chunked(draw: st.DrawFn, body: bytes) -> bytes:
+    cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=6)))
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True) if b > a]
+    out = b"".join(draw(hex_size(len(p))) + draw(extensions()) + b"\r\n" + p + b"\r\n" for p in pieces)
+    return out + draw(hex_size(0)) + draw(extensions()) + b"\r\n" + draw(trailers()) + b"\r\n"
+
+
+@st.composite
+def valid(draw: st.DrawFn, marker: int) -> Wire:
+    body = body_of(marker, draw(st.integers(0, CAP + 200)))
+    if draw(st.booleans()):
+        value = draw(st.sampled_from(["{}", " {} ", "0{}", "\t{}"])).format(len(body))
+        wire, framing = body, f"Content-Length: {value}\r\n".encode()
+    else:
+        coding = draw(st.sampled_from(["chunked", "Chunked", " chunked", "CHUNKED "]))
+        wire, framing = draw(chunked(body)), f"Transfer-Encoding: {coding}\r\n".encode()
+    return Wire(HEAD + framing + b"\r\n" + wire, OK if len(wire) <= CAP else frozenset({413}), body)
+
+
+KINDS = [
+    "size",
+    "huge size",
+    "extension",
+    "long line",
+    "bare LF",
+    "no CRLF after data",
+    "short data",
+    "long data",
+    "trailer",
+    "many trailers",
+    "length",
+    "two lengths",
+    "huge length",
+    "both",
+    "coding",
+    "unknown coding",
+    "truncated",
+]
+_BAD_SIZES = [
+    b"-1",
+    b"-0",
+    b"+5",
+    b"0x5",
+    b" 5",
+    b"5 ",
+    b"\t5",
+    b"5_0",
+    b"1g",
+    b"",
+    b"\xd9\xa5",
+    b"5;",
+    b"5;=x",
+]
+_BAD_EXTENSIONS = [b";", b"; =x", b';a="open', b";a=b c", b";a\x00", b';a="\x01"']
+_BAD_LENGTHS = ["-1", "+5", "5_0", "0x10", "1e3", "", "5 5", "5, 5", "\u0665"]
+
+
+@st.composite
+def malformed(draw: st.DrawFn, marker: int, kind: str) -> Wire:
+    body = body_of(marker, draw(st.integers(0, 300)))
+    te = b"Transfer-Encoding: chunked\r\n"
+    size = f"{len(body):x}".encode()
+    if kind == "size":
+        bad = draw(st.sampled_from(_BAD_SIZES))
+        return Wire(HEAD + te + b"\r\n" + bad + b"\r\n" + body + b"\r\n0\r\n\r\n", REFUSED, body)
+    if kind == "huge size":
+        huge = draw(
+            st.sampled_from([b"ffffffffffffffffff", b"7fffffffffffffff", b"1" + b"0" * 40, b"%x" % (CAP + 1)])
+        )
+        return Wire(HEAD + te + b"\r\n" + huge + b"\r\n" + body + b"\r\n0\r\n\r\n", frozenset({413}), body)
+    if kind == "extension":
+        bad = draw(st.sampled_from(_BAD_EXTENSIONS))
+        return Wire(HEAD + te + b"\r\n" + size + bad + b"\r\n" + body + b"\r\n0\r\n\r\n", REFUSED, body)
+    if kind == "long line":
+        line = size + b";a=" + b"b" * 5000
+        return Wire(HEAD + te + b"\r\n" + line + b"\r\n" + body + b"\r\n0\r\n\r\n", REFUSED, body)
+    if kind == "bare LF":
+        return Wire(HEAD + te + b"\r\n" + size + b"\n" + body + b"\r\n0\r\n\r\n", REFUSED, body)
+    if kind == "no CRLF after data":
+        after = draw(st.sampled_from([b"\n", b"", b"\r", b"XX"]))
+        return Wire(HEAD + te + b"\r\n" + size + b"\r\n" + body + after + b"0\r\n\r\n", REFUSED, body)
+    if kind == "short data":  # the size promises more than is sent
+        wire = b"%x\r\n" % (len(body) + draw(st.integers(1, 50))) + body + b"\r\n0\r\n\r\n"
+        return Wire(HEAD + te + b"\r\n" + wire, REFUSED, body, last=True)
+    if kind == "long data":  # the size promises less than is sent
+        wire = b"%x\r\n" % (len(body) - draw(st.integers(1, 10))) + body + b"\r\n0\r\n\r\n"
+        return Wire(HEAD + te + b"\r\n" + wire, REFUSED, body)
+    if kind == "trailer":
+        bad = draw(st.sampled_from([b"NoColon", b" X: folded", b"X : y", b"X\x00: y", b": y", b"X: a\rb"]))
+        return Wire(
+            HEAD + te + b"\r\n" + size + b"\r\n" + body + b"\r\n0\r\n" + bad + b"\r\n\r\n", REFUSED, body
+        )
+    if kind == "many trailers":
+        many = b"".join(b"X-%d: y\r\n" % i for i in range(65))
+        return Wire(
+            HEAD + te + b"\r\n" + size + b"\r\n" + body + b"\r\n0\r\n" + many + b"\r\n", REFUSED, body
+        )
+    if kind == "length":
+        value = draw(st.sampled_from(_BAD_LENGTHS))
+        return Wire(HEAD + f"Content-Length: {value}\r\n\r\n".encode() + body, REFUSED, body)
+    if kind == "two lengths":
+        other = draw(st.sampled_from([len(body), len(body) + 1]))
+        framing = f"Content-Length: {len(body)}\r\nContent-Length: {other}\r\n\r\n".encode()
+        return Wire(HEAD + framing + body, REFUSED, body)
+    if kind == "huge length":
+        value = draw(st.sampled_from([str(CAP + 1), "9" * 30, "1" + "0" * 5000]))
+        return Wire(HEAD + f"Content-Length: {value}\r\n\r\n".encode() + body, frozenset({413}), body)
+    if kind == "both":
+        framing = f"Content-Length: {len(body)}\r\n".encode() + te
+        if draw(st.booleans()):
+            framing = te + f"Content-Length: {len(body)}\r\n".encode()
+        return Wire(
+            HEAD + framing + b"\r\n" + size + b"\r\n" + body + b"\r\n0\r\n\r\n", frozenset({400}), body
+        )
+    if kind == "coding":  # chunked is not the (only) last coding: the length is unknown
+        coding = draw(
+            st.sampled_from(["gzip", "chunked, gzip", "identity", "chunked, chunked", "chunked;q=1"])
+        )
+        framing = f"Transfer-Encoding: {coding}\r\n\r\n".encode()
+        return Wire(HEAD + framing + size + b"\r\n" + body + b"\r\n0\r\n\r\n", frozenset({400}), body)
+    if kind == "unknown coding":  # framed by chunked, but the body is coded in a way not implemented
+        framing = b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
+        if draw(st.booleans()):
+            framing = b"Transfer-Encoding: gzip, chunked\r\n\r\n"
+        return Wire(HEAD + framing + size + b"\r\n" + body + b"\r\n0\r\n\r\n", frozenset({501}), body)
+    assert kind == "truncated"  # the client stops before the declared length
+    framing = f"Content-Length: {len(body) + draw(st.integers(1, 100))}\r\n\r\n".encode()
+    return Wire(HEAD + framing + body, REFUSED, body, last=True)
+
+
+@st.composite
+def connections(draw: st.DrawFn, kind: str | None) -> list[Wire]:
+    """One to four valid requests, one of them replaced by a malformed one of ``kind`` (if any)."""
+    count = draw(st.integers(1, 4))
+    wires = [draw(valid(i)) for i in range(count)]
+    if kind is not None:
+        at = draw(st.integers(0, count - 1))
+        wires[at] = draw(malformed(at, kind))
+        if wires[at].last:
+            del wires[at + 1 :]
+    return wires
+
+
+def check(server: LocalServer, wires: list[Wire]) -> None:
+    data = b"".join(w.data for w in wires)
+    if any(w.expect != OK for w in wires) and not wires[-1].last:
+        # Nothing after a refused request may be read: bytes enough that reading on to the end of
+        # the stream would pass the cap.
+        data += b"x" * (2 * CAP)
+    responses = exchange(server, data)
+    # The answers expected: one per request up to and including the first refused one.
+    expected: list[Wire] = []
+    for wire in wires:
+        expected.append(wire)
+        if wire.expect != OK:
+            break
+    assert len(responses) <= len(expected)
+    for wire, response in zip(expected, responses, strict=False):
+        assert response.status in wire.expect, (response.status, response.body[:200], wire.data[:300])
+        if response.status == 200:
+            assert orjson.loads(response.body)["content"][0]["text"] == expected_text(wire.body)
+        else:
+            assert orjson.loads(response.body)["type"] == "error"
+    # Every request that is answered at all is answered in order; only a refused one may go unanswered
+    # (the server closed the connection with bytes of it unread, and the reset can overtake its answer).
+    assert len(responses) >= len(expected) - (expected[-1].expect != OK)
+    event(f"answered {len(responses)} of {len(expected)}")
+    assert server.peak_body_read <= CAP
+
+
+_SETTINGS: dict[str, Any] = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+}
+
+
+@settings(max_examples=80, **_SETTINGS)
+@given(data=st.data())
+def test_valid_framings_are_answered_in_order_within_the_cap(
+    server: LocalServer, data: st.DataObject
+) -> None:
+    check(server, data.draw(connections(None)))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@settings(max_examples=12, **_SETTINGS)
+@given(data=st.data())
+def test_malformed_framings_are_refused_within_the_cap(
+    server: LocalServer, kind: str, data: st.DataObject
+) -> None:
+    check(server, data.draw(connections(kind)))

@@ -1,0 +1,1 @@
+"""Tests of cachekit/replay/: breakpoint policies replayed on recorded traces."""
