@@ -375,3 +375,23 @@ def test_one_answers_items_make_one_turn_and_their_outputs_tool_turns() -> None:
     ]
     assert [(t.tool_call_id, t.text) for t in prompt.turns[2:]] == [("c1", "found"), ("c2", "applied")]
     assert prompt.answer_index == 1
+
+
+def test_a_forced_server_tool_reaches_the_engine_as_a_search() -> None:
+    """What an engine (or a script function) is told of ``tool_choice`` naming a server tool: search,
+    not a call of a client tool by that name."""
+    payload = {
+        "model": CLAUDE,
+        "max_tokens": 64,
+        "tools": [
+            {"name": "lookup", "input_schema": LOOKUP},
+            {"type": "web_search_20250305", "name": "web_search"},
+        ],
+        "tool_choice": {"type": "tool", "name": "web_search"},
+        "messages": [{"role": "user", "content": "Call lookup"}],
+    }
+    choice = parse("anthropic_messages", payload, ByteTokenizer()).prompt.tool_choice
+    assert (choice.mode, choice.name) == ("web_search", None)
+    payload["tool_choice"] = {"type": "tool", "name": "lookup"}
+    choice = parse("anthropic_messages", payload, ByteTokenizer()).prompt.tool_choice
+    assert (choice.mode, choice.name) == ("tool", "lookup")
