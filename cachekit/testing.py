@@ -205,7 +205,10 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         # every prompt token is billed as uncached (no provider cache is simulated here). Like the
         # providers it imitates, it announces no caching rules (no x-cachekit-rules header).
         engine = ScriptedEngine(ByteTokenizer(), reply_prefix="Fake reply", script=script)
-        self._backend = LocalBackend(engine, rules="none", accept_any_model=True, announce=False)
+        # A test double takes any body: tests send fields of their own, and no model name is refused.
+        self._backend = LocalBackend(
+            engine, rules="none", accept_any_model=True, announce=False, strict_fields=False
+        )
 
     # -- inspection and scripting ---------------------------------------------------------------
 
