@@ -19,8 +19,17 @@ PACKAGE = Path(cachekit.__file__).parent
 #: The folders and top-level modules of cachekit, in layers, bottom first (``cachekit`` is the
 #: package's ``__init__``: the public face, which replay and the command line build on).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_version", "_types", "_home", "_fork", "_closing", "_progress"),  # import nothing of cachekit
+    (
+        "_version",
+        "_types",
+        "_home",
+        "_fork",
+        "_closing",
+        "_progress",
+        "_asgi_http",
+    ),  # import nothing of cachekit
     ("_http", "errors"),
+    ("_asgi",),  # the HTTP server layer of serve and proxy
     ("providers", "stores", "cost"),  # what each provider is; where bytes are kept; what calls cost
     ("shape",),  # canonical form, blocks, lint, breakpoints and their lifetimes
     ("semantic",),
@@ -29,7 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline",),  # the stages, over everything above
     ("cache",),
     ("transport", "decorator"),
-    ("clients",),
+    ("clients", "proxy"),  # proxy: the HTTP front for any client
     ("cachekit", "testing"),
     ("replay",),
     ("cli",),

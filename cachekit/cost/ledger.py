@@ -102,6 +102,10 @@ class CallRecord:
     cost: float | None
     cost_without_caching: float | None
     saving: float | None
+    #: Why the provider's prompt cache could not read this call's prefix where the conversation's
+    #: previous call would have let it: the first change (``messages_changed; at=messages.3``), as
+    #: the ``x-cachekit-prefix-changed`` header said it (``None``: nothing changed, or not known).
+    prefix_change: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A flat JSON-ready dict (token counts inlined), the inverse of :meth:`from_dict`."""
@@ -124,6 +128,7 @@ class CallRecord:
             "cost": self.cost,
             "cost_without_caching": self.cost_without_caching,
             "saving": self.saving,
+            "prefix_change": self.prefix_change,
         }
 
     @classmethod
@@ -144,6 +149,7 @@ class CallRecord:
             cost=data.get("cost"),
             cost_without_caching=data.get("cost_without_caching"),
             saving=data.get("saving"),
+            prefix_change=data.get("prefix_change"),
         )
 
 
@@ -164,6 +170,7 @@ def make_record(
     time: float | None = None,
     batch: bool = False,
     context: Mapping[str, str] | None = None,
+    prefix_change: str | None = None,
 ) -> CallRecord:
     """Price ``usage`` and build the ledger record for one call (pure apart from the clock).
 
@@ -194,6 +201,7 @@ def make_record(
         cost=cost,
         cost_without_caching=without,
         saving=saving,
+        prefix_change=prefix_change,
     )
 
 
@@ -296,6 +304,7 @@ _COLUMNS = (
     "cost",
     "cost_without_caching",
     "saving",
+    "prefix_change",
 )
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -316,7 +325,8 @@ CREATE TABLE IF NOT EXISTS calls (
     problems TEXT,
     cost REAL,
     cost_without_caching REAL,
-    saving REAL
+    saving REAL,
+    prefix_change TEXT
 );
 CREATE INDEX IF NOT EXISTS calls_time ON calls (time);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -345,7 +355,16 @@ def _sql_row(r: CallRecord) -> tuple[Any, ...]:
         r.cost,
         r.cost_without_caching,
         r.saving,
+        r.prefix_change,
     )
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Bring a ledger written by an earlier cachekit up to date: columns added since are added (empty
+    in the old rows), so old and new records read alike."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
+    if "prefix_change" not in have:
+        conn.execute("ALTER TABLE calls ADD COLUMN prefix_change TEXT")
 
 
 class SQLiteSink:
@@ -366,6 +385,7 @@ class SQLiteSink:
         self._insert = f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES ({placeholders})"
         self._conn: sqlite3.Connection | None = self._connect()
         self._conn.executescript(_SCHEMA)
+        _add_missing_columns(self._conn)
         _fork.register(self)
 
     def _connect(self) -> sqlite3.Connection:
@@ -710,6 +730,7 @@ class Ledger:
         time: float | None = None,
         batch: bool = False,
         context: Mapping[str, str] | None = None,
+        prefix_change: str | None = None,
     ) -> CallRecord:
         """Price ``usage`` (see :func:`make_record`), record it and return the record."""
         record = make_record(
@@ -723,6 +744,7 @@ class Ledger:
             time=time,
             batch=batch,
             context=context,
+            prefix_change=prefix_change,
         )
         self.record(record)
         return record
@@ -738,13 +760,22 @@ class Ledger:
         tenant: str | None = None,
         site: str | None = None,
         time: float | None = None,
+        prefix_change: str | None = None,
     ) -> CallRecord:
         """Normalize the usage of a response ``body`` (see :func:`usage_of_body`) and record the call,
         priced with the options the body reports (:func:`price_context_of_body`)."""
         usage = usage_of_body(provider, dialect, body)
         context = price_context_of_body(provider, dialect, body)
         return self.record_call(
-            provider, model, usage, outcome=outcome, tenant=tenant, site=site, time=time, context=context
+            provider,
+            model,
+            usage,
+            outcome=outcome,
+            tenant=tenant,
+            site=site,
+            time=time,
+            context=context,
+            prefix_change=prefix_change,
         )
 
     def _start_writer(self) -> None:

@@ -291,6 +291,30 @@ def render_report(
     rows = aggregate(records, names)
     if plot_path is not None:
         plot(records, plot_path)
+    changes = prefix_changes(records)
     if as_json:
-        return render_json(rows, names, since=since_ts)
-    return render_table(rows, names, use_rich=use_rich)
+        doc = orjson.loads(render_json(rows, names, since=since_ts))
+        doc["prefix_changes"] = [{"change": change, "calls": count} for change, count in changes]
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
+    table = render_table(rows, names, use_rich=use_rich)
+    return table if not changes else table.rstrip("\n") + "\n\n" + render_prefix_changes(changes)
+
+
+def prefix_changes(records: Iterable[CallRecord]) -> list[tuple[str, int]]:
+    """Why conversations' prompt-cache prefixes stopped matching their previous call (each record's
+    ``prefix_change``: the first change and where), with how many calls each, most first."""
+    counts: dict[str, int] = {}
+    for record in records:
+        if record.prefix_change:
+            counts[record.prefix_change] = counts.get(record.prefix_change, 0) + 1
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def render_prefix_changes(changes: Sequence[tuple[str, int]]) -> str:
+    """The "why did it miss?" section of the report: each first change of a conversation's prefix."""
+    width = max(len(change) for change, _ in changes)
+    lines = ["Why conversations' cached prefixes stopped matching (first change since the previous call):"]
+    lines += [
+        f"  {change.ljust(width)}  {count} call{'s' if count != 1 else ''}" for change, count in changes
+    ]
+    return "\n".join(lines) + "\n"

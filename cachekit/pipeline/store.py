@@ -74,7 +74,7 @@ class Storer:
         except orjson.JSONDecodeError:
             # Labelled JSON but not JSON (a proxy's error page with a 200): passed on, never stored.
             logger.warning("a 2xx answer labelled JSON is not JSON; not stored (key=%s)", key[-16:])
-            return respond.tag(response, "miss", key, breakpoints, refused)
+            return respond.tag(response, "miss", key, breakpoints, refused, changed=call.prefix_change)
         answer = record.CachedResponse(
             status=response.status_code,
             headers=respond.kept_headers(response),
@@ -88,7 +88,7 @@ class Storer:
             rt.stats.add("incomplete_answers")
             logger.debug("not a complete %s answer (%s); not stored (key=%s)", route.dialect, why, key[-16:])
             self._accountant.account(call, answer, None, document, applied=applied)
-            return respond.tag(response, "miss", key, breakpoints, refused)
+            return respond.tag(response, "miss", key, breakpoints, refused, changed=call.prefix_change)
         stored = replace(
             answer, body=unechoed(rt, route.dialect, "json", answer.body), usage=has_usage(document)
         )
@@ -105,7 +105,7 @@ class Storer:
             rt.stats.add("store_skips")
         self._accountant.account(call, stored, None, document, applied=applied)
         logger.debug("miss provider=%s dialect=%s key=%s", route.provider, route.dialect, key[-16:])
-        extra = respond.miss_headers(breakpoints, refused)
+        extra = respond.miss_headers(breakpoints, refused, call.prefix_change)
         return respond.replay(view.request, answer, key, rt.clock, outcome="miss", extra=extra)
 
     def stream_entry(

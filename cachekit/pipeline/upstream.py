@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from cachekit._http import Response
 from cachekit.pipeline import respond
@@ -184,13 +185,16 @@ class Upstream:
                 settle(flight, retry=False)  # the same request would be refused again
                 return self._refused(view, exc)
             applied, breakpoints = shaped.applied, shaped.breakpoints
+            if shaped.changed is not None:
+                call = replace(call, prefix_change=shaped.changed)
+            changed = shaped.changed
             response = yield from self.send(view)
             content_type = response.headers.get("content-type")
             if not 200 <= response.status_code < 300:
                 # Errors (429, 5xx, 4xx) are never stored; the SDK sees them untouched and retries.
                 # Followers elect a new leader when a retry may succeed (after the provider's delay).
                 settle(flight, *retry_of(response.status_code, response.headers))
-                return respond.tag(response, "miss", key, breakpoints, refused)
+                return respond.tag(response, "miss", key, breakpoints, refused, changed=changed)
             self._shaper.commit(applied)
             yield from self._gaps.save(call, applied)
             if call.form.streaming and is_event_stream(content_type):
@@ -220,10 +224,11 @@ class Upstream:
                 handed_off = True
                 if flight is not None:
                     flight.idle(True)  # the caller holds the stream from here; followers watch it
-                return respond.tag(response, "miss", key, breakpoints, refused)
+                return respond.tag(response, "miss", key, breakpoints, refused, changed=changed)
             if not is_json(content_type):
                 settle(flight, retry=False)
-                return respond.tag(response, "miss", key, breakpoints, refused)  # not JSON: never stored
+                # Not JSON: never stored.
+                return respond.tag(response, "miss", key, breakpoints, refused, changed=changed)
             yield Read(response)
             # The answer is in hand: followers read it, or (if it cannot be stored) ask for themselves.
             settle(flight, retry=False)
@@ -255,13 +260,15 @@ class Upstream:
             return self._refused(view, exc)
         applied = shaped.applied
         response = yield from self.send(view)
-        tagged = respond.tag(response, "bypass", None, shaped.breakpoints, reason=reason)
+        tagged = respond.tag(
+            response, "bypass", None, shaped.breakpoints, reason=reason, changed=shaped.changed
+        )
         if not 200 <= response.status_code < 300:
             return tagged
         self._shaper.commit(applied)
         if not self._accountant.wanted(applied):
             return tagged  # nothing to record or learn: the answer passes untouched
-        call = Call("", route, Form(False, False), control, "")
+        call = Call("", route, Form(False, False), control, "", prefix_change=shaped.changed)
         content_type = response.headers.get("content-type")
         if is_event_stream(content_type):
             # Recorded as it passes, accounted when it ends; nothing is stored.
