@@ -226,8 +226,14 @@ class ServerThread:
         self._name = name
         self._settings = settings
         self._server: Any = None
+        self._draining = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+
+    @property
+    def draining(self) -> threading.Event:
+        """Set once a graceful shutdown has stopped accepting and waits for an answer in flight."""
+        return self._draining
 
     @property
     def address(self) -> tuple[str, int]:
@@ -253,7 +259,11 @@ class ServerThread:
         if self._thread is not None:
             return
         uvicorn = _uvicorn()
-        self._server = uvicorn.Server(server_config(self._wrapped, **self._settings))
+        settings = server_config(self._wrapped, **self._settings)
+        # Set by the protocol when a shutdown drains. In process only: the settings of worker
+        # processes are pickled, and an event cannot be.
+        settings.cachekit_draining = self._draining = threading.Event()
+        self._server = uvicorn.Server(settings)
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
         if not self._started.wait(timeout) or self._error is not None:

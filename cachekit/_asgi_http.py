@@ -1,12 +1,13 @@
 """uvicorn's httptools protocol (llhttp: strict and fast) with two things cachekit's servers need.
 
-* A client that half-closes (sends its requests, then shuts its side of the connection) gets its
-  answers, then the connection closes (uvicorn's own protocol closes at once, dropping them). A body
-  cut short by that end of input is never answered.
+* The end of a client's input is the client gone, as uvicorn (and nginx) take it: what it asked is
+  cancelled (a proxied call upstream included), never answered into a closed connection.
 * A request the parser refuses (malformed framing) is answered by the app's ``cachekit_refusal``
   (set on the uvicorn config by :func:`cachekit._asgi.server_config`): an API error document an SDK
   can read, instead of uvicorn's plain text, sent after the answers to the requests pipelined before
   it; nothing more is read from that connection.
+* A graceful shutdown sets the settings' ``cachekit_draining`` event when it reaches a connection
+  with an answer still in flight (which then finishes).
 * A request's head is bounded: at most :data:`MAX_FIELDS` header fields, :data:`MAX_TRAILERS` trailer
   fields and :data:`MAX_HEAD_BYTES` bytes of target and fields (a 400 beyond).
 
@@ -39,7 +40,6 @@ class Protocol(HttpToolsProtocol):
     """One HTTP/1.1 connection (see the module's docstring)."""
 
     _refused: bytes | None = None
-    _eof = False
     #: The cycle whose app runs (uvicorn's ``cycle`` is the newest one parsed).
     _running: Any = None
 
@@ -109,26 +109,16 @@ class Protocol(HttpToolsProtocol):
         self.flow.pause_reading()
         self._refuse_when_idle()
 
-    def eof_received(self) -> bool | None:  # type: ignore[override]
-        self._eof = True
-        newest = self.cycle
-        if newest is None or newest.response_complete:
-            return None  # nothing in flight: close now
-        if newest.more_body:
-            self._cut(newest)
-            running = self._running
-            if running is None or running is newest or running.response_complete:
-                return None
-        newest.keep_alive = False
-        return True  # keep the transport open for writing: the answers in flight still go out
-
     def on_response_complete(self) -> None:
         super().on_response_complete()  # starts the next pipelined request, if any
-        running = self._running
-        idle = running is None or running.response_complete or running.disconnected
-        if self._eof and not self.pipeline and idle and self._refused is None:
-            self.transport.close()
         self._refuse_when_idle()
+
+    def shutdown(self) -> None:
+        # The server is shutting down gracefully: this connection's answer in flight finishes first.
+        draining = getattr(self.config, "cachekit_draining", None)
+        if draining is not None:
+            draining.set()
+        super().shutdown()
 
     def _refuse_when_idle(self) -> None:
         running = self._running

@@ -35,19 +35,18 @@ def _proxy(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"cachekit proxy: {exc}\n")
         return 2
     _configure_logging(args.log_format)
-    shown = (
-        f"http://[{config.host}]:{config.port}"
-        if ":" in config.host
-        else f"http://{config.host}:{config.port}"
-    )
-    out.write(
-        f"cachekit proxy: listening on {shown} ({config.workers} worker{'s' if config.workers > 1 else ''})\n"
-        f"  anthropic -> {config.anthropic_base_url}: ANTHROPIC_BASE_URL={shown}\n"
-        f"  openai    -> {config.openai_base_url}: OPENAI_BASE_URL={shown}/v1\n"
-    )
-    out.flush()
+
+    def listening(url: str) -> None:
+        workers = f"{config.workers} worker{'s' if config.workers > 1 else ''}"
+        out.write(
+            f"cachekit proxy: listening on {url} ({workers})\n"
+            f"  anthropic -> {config.anthropic_base_url}: ANTHROPIC_BASE_URL={url}\n"
+            f"  openai    -> {config.openai_base_url}: OPENAI_BASE_URL={url}/v1\n"
+        )
+        out.flush()
+
     try:
-        serve(config)
+        serve(config, listening)
     except (CachekitError, OSError) as exc:
         out.write(f"cachekit proxy: {exc}\n")
         return 2
@@ -76,10 +75,12 @@ def _configure_logging(form: str) -> None:
         if form == "json"
         else logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
     )
-    root = logging.getLogger("cachekit")
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    root.propagate = False
+    # uvicorn's own lines (startup, shutdown, workers) too: its access log is off (cachekit's replaces it).
+    for name in ("cachekit", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 def _add_proxy(commands: Any) -> None:

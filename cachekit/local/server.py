@@ -156,8 +156,9 @@ class LocalServer:
 
     Use as a context manager, or :meth:`start` / :meth:`stop`; :meth:`serve_forever` blocks (and
     stops gracefully on SIGINT or SIGTERM). The backend is not closed when the server stops.
-    ``max_body``: the most bytes of one request's body the server takes (a larger one is a 413).
-    Needs the ``proxy`` extra (uvicorn).
+    ``max_body``: the most bytes of one request's body the server takes (a larger one is a 413);
+    ``body_timeout``: the most seconds a client may stall mid-body (a 408 then). Needs the ``proxy``
+    extra (uvicorn).
     """
 
     def __init__(
@@ -167,11 +168,14 @@ class LocalServer:
         host: str = "127.0.0.1",
         port: int = 0,
         max_body: int = MAX_BODY,
+        body_timeout: float = BODY_TIMEOUT,
     ) -> None:
         if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
             raise ValueError(f"max_body must be a number of bytes >= 0, not {max_body!r}")
+        if not body_timeout > 0:
+            raise ValueError(f"body_timeout must be a positive number of seconds, not {body_timeout!r}")
         self.backend = backend if backend is not None else LocalBackend()
-        self._app = ServeApp(self.backend, max_body=max_body)
+        self._app = ServeApp(self.backend, max_body=max_body, body_timeout=body_timeout)
         self._server = ServerThread(
             self._app, host=host, port=port, name="cachekit-local", refusal=self._app.refusal
         )

@@ -405,7 +405,7 @@ class _Exchange:
 
     def disconnected(self) -> None:
         if self.app.metrics is not None:
-            self.app.metrics.disconnects.labels(self.target.api).inc()
+            self.app.metrics.disconnected(self.target.api)
 
     def _log(self) -> None:
         elapsed = time.perf_counter() - self.started

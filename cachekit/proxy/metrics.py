@@ -74,6 +74,10 @@ class ProxyMetrics:
         if first_byte is not None:
             self.first_byte.labels(api, cache).observe(first_byte)
 
+    def disconnected(self, api: str) -> None:
+        """A client went away before its answer ended; its upstream call has been cancelled."""
+        self.disconnects.labels(api).inc()
+
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type (summed over workers in multiprocess mode)."""
         client: Any = self._client

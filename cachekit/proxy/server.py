@@ -4,7 +4,9 @@ background thread (:class:`ProxyServer`: tests, benchmarks, an application that 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import signal
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cachekit._asgi import ServerThread, bind, server_config
@@ -79,6 +81,11 @@ class ProxyServer:
         """Stop: no new connections; in-flight answers (streams) finish first."""
         self._server.stop()
 
+    @property
+    def draining(self) -> threading.Event:
+        """Set once :meth:`stop` has stopped accepting and waits for an answer still in flight."""
+        return self._server.draining
+
     def __enter__(self) -> ProxyServer:
         return self.start()
 
@@ -86,11 +93,12 @@ class ProxyServer:
         self.stop()
 
 
-def serve(config: ProxyConfig) -> None:
+def serve(config: ProxyConfig, on_listen: Callable[[str], None] | None = None) -> None:
     """Serve in the foreground until SIGINT or SIGTERM: the graceful shutdown stops accepting, lets
     in-flight requests (streams) finish within ``graceful_timeout``, then closes the cache. With
     ``workers`` > 1, uvicorn's supervisor runs that many processes on one socket, restarting any that
-    dies; each builds its own cache client (share a Redis store between them)."""
+    dies; each builds its own cache client (share a Redis store between them). ``on_listen`` is told
+    the base URL once the socket listens (with ``port=0``, the port chosen)."""
     import uvicorn
 
     os.environ[ENV_CONFIG] = config.to_json()  # how the workers get their settings
@@ -103,10 +111,22 @@ def serve(config: ProxyConfig) -> None:
         **_settings(config),
     )
     server = uvicorn.Server(settings)
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn delivers the SIGTERM it caught again once its graceful shutdown is over, to the
+        # handler found at start: the default one would end the process by the signal (status -15)
+        # after a clean stop. The stop is done by then: exit 0, as a supervisor expects of it.
+        signal.signal(signal.SIGTERM, _stopped)
     sock = bind(config.host, config.port)
+    if on_listen is not None:
+        host, port = sock.getsockname()[:2]
+        on_listen(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
     if config.workers > 1:
         from uvicorn.supervisors import Multiprocess
 
         Multiprocess(settings, sockets=[sock]).run()
     else:
         server.run(sockets=[sock])
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    """SIGTERM after the graceful shutdown it asked for has run: nothing is left to do."""

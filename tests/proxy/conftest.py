@@ -8,6 +8,7 @@ calls. The proxy's cache is a memory store, its ledger a :class:`MemorySink`, bo
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -110,3 +111,38 @@ def stack(upstream: tuple[LocalServer, RecordingBackend]) -> Iterator[Stack]:
     built = make_stack(*upstream)
     with built.proxy:
         yield built
+
+
+class AccessLog(logging.Handler):
+    """The proxy's access lines, as they are written. The proxy writes one (and counts the request in
+    its metrics) after the answer's last byte went out, so a client may have its answer first: a test
+    waits here for the lines before it reads the log or the metrics."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+        self._grown = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._grown:
+            self.records.append(record)
+            self._grown.notify_all()
+
+    def wait(self, count: int, timeout: float = 30) -> list[logging.LogRecord]:
+        """The first ``count`` lines, once written (an assertion error if they never come)."""
+        with self._grown:
+            assert self._grown.wait_for(lambda: len(self.records) >= count, timeout), self.records
+            return self.records[:count]
+
+
+@pytest.fixture
+def access_log() -> Iterator[AccessLog]:
+    logger = logging.getLogger("cachekit.proxy.access")
+    handler, level = AccessLog(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -93,7 +93,7 @@ def _responses(stack: Stack, stream: bool, is_async: bool, prompt: str) -> tuple
     with openai.OpenAI(api_key="sk-oai-1", base_url=stack.openai_url, max_retries=0) as client:
         if stream:
             raw = client.responses.with_raw_response.create(**params, stream=True)
-            done = [e for e in raw.parse() if e.type == "response.completed"][0].response
+            done = next(e for e in raw.parse() if e.type == "response.completed").response
         else:
             raw = client.responses.with_raw_response.create(**params)
             done = raw.parse()
@@ -122,15 +122,18 @@ def test_python_sdks_miss_then_hit_with_the_same_usage_and_a_priced_ledger(
     assert second[0] == "hit"
     assert second[1:] == first[1:]  # the same text and usage
     reached = [r for r in stack.backend.received if r.method == "POST"]
-    assert len(reached) == 1 and reached[0].status == 200  # the validator accepted the forwarded body
+    assert len(reached) == 1
+    assert reached[0].status == 200
     records = stack.ledger.read()
     assert [r.outcome for r in records] == ["miss", "exact_hit"] or [r.outcome for r in records] == [
         "prompt_cache",
         "exact_hit",
     ]
     miss, hit = records
-    assert miss.cost is not None and miss.cost > 0  # priced by the rules the upstream announced
-    assert hit.cost == 0 and hit.saving == pytest.approx(miss.cost_without_caching)
+    assert miss.cost is not None
+    assert miss.cost > 0
+    assert hit.cost == 0
+    assert hit.saving == pytest.approx(miss.cost_without_caching)
 
 
 def test_a_clients_own_marker_reaches_the_upstream_as_sent(stack: Stack) -> None:
@@ -180,7 +183,8 @@ def test_curl_miss_then_hit(stack: Stack, api: str, stream: bool) -> None:
     assert (first_headers["x-cachekit-cache"], second_headers["x-cachekit-cache"]) == ("miss", "hit")
     if stream:
         assert first_headers["content-type"].startswith("text/event-stream")
-        assert first.count(b"data:") > 2 and second.count(b"data:") > 2
+        assert first.count(b"data:") > 2
+        assert second.count(b"data:") > 2
     else:
         assert orjson.loads(first)["usage"] == orjson.loads(second)["usage"]
     assert len([r for r in stack.backend.received if r.method == "POST"]) == 1

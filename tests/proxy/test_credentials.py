@@ -13,7 +13,7 @@ import pytest
 
 from cachekit.proxy import ProxyConfig, ProxyKey
 from cachekit.stores.keys import credential_fingerprint
-from tests.proxy.conftest import CHAT_MODEL, MODEL, Received, RecordingBackend, Stack, make_stack
+from tests.proxy.conftest import CHAT_MODEL, MODEL, AccessLog, Received, RecordingBackend, Stack, make_stack
 
 
 def _sent_key(received: Received) -> str:
@@ -47,7 +47,7 @@ def _chat(stack: Stack, key: str, prompt: str) -> str:
 
 
 def test_a_key_never_reaches_the_store_the_ledger_the_logs_or_the_metrics(
-    stack: Stack, caplog: pytest.LogCaptureFixture
+    stack: Stack, caplog: pytest.LogCaptureFixture, access_log: AccessLog
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="cachekit")
     caplog.set_level(logging.DEBUG, logger="uvicorn")
@@ -55,6 +55,7 @@ def test_a_key_never_reaches_the_store_the_ledger_the_logs_or_the_metrics(
         assert _ask(stack, SECRET_A, f"secret {stream}", stream=stream) == "miss"
         assert _ask(stack, SECRET_A, f"secret {stream}", stream=stream) == "hit"
     assert _chat(stack, SECRET_B, "secret chat") == "miss"
+    access_log.wait(5)  # every request logged and counted
     # The key was forwarded as sent...
     assert _sent_key(stack.backend.calls("/v1/messages")[0]) == SECRET_A
     # ...and is nowhere cachekit writes.
@@ -71,7 +72,8 @@ def test_a_key_never_reaches_the_store_the_ledger_the_logs_or_the_metrics(
         assert secret not in ledger
         assert secret not in ours
         assert secret not in metrics
-    assert len(stack.ledger.read()) == 5 and any(r.name == "cachekit.proxy.access" for r in caplog.records)
+    assert len(stack.ledger.read()) == 5
+    assert any(r.name == "cachekit.proxy.access" for r in caplog.records)
 
 
 def test_two_keys_never_share_an_entry(stack: Stack) -> None:
@@ -90,7 +92,8 @@ def test_credentials_the_operator_maps_to_a_tenant_share_its_partition(upstream:
         assert _ask(built, SECRET_B) == "hit"  # mapped to one tenant: shared
         assert _ask(built, "sk-ant-someone-else") == "miss"  # not mapped: its own
     partitions = sorted({entry.key.split(":")[2] for entry in built.store.entries()})
-    assert partitions[0].startswith("cred%3A") and partitions[1] == "tenant%3Ateam"
+    assert partitions[0].startswith("cred%3A")
+    assert partitions[1] == "tenant%3Ateam"
 
 
 PROXY_KEY = "ck-proxy-key-one-0001"
@@ -132,7 +135,8 @@ def test_a_right_proxy_key_is_swapped_for_the_upstream_key_and_partitions_alone(
     assert _chat(guarded, PROXY_KEY, "hi") == "miss"
     for received in guarded.backend.received:
         assert _sent_key(received) == UPSTREAM_KEY
-        assert PROXY_KEY not in repr(received.headers) and OTHER_PROXY_KEY not in repr(received.headers)
+        assert PROXY_KEY not in repr(received.headers)
+        assert OTHER_PROXY_KEY not in repr(received.headers)
 
 
 def test_a_proxy_key_in_its_own_header_leaves_the_clients_key_as_sent(guarded: Stack) -> None:

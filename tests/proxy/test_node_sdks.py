@@ -52,8 +52,10 @@ def test_node_sdk_miss_then_hit(stack: Stack, sdk: str, mode: str) -> None:
     first = run_node(sdk, mode, base, prompt)
     second = run_node(sdk, mode, base, prompt)
     assert (first["cache"], second["cache"]) == ("miss", "hit")
-    assert first["text"] and second["text"] == first["text"]
+    assert first["text"]
+    assert second["text"] == first["text"]
     assert second["usage"] == first["usage"]
     reached = [r for r in stack.backend.received if r.method == "POST"]
-    assert len(reached) == 1 and reached[0].status == 200
+    assert len(reached) == 1
+    assert reached[0].status == 200
     assert [r.outcome for r in stack.ledger.read()][1:] == ["exact_hit"]
