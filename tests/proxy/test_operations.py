@@ -138,6 +138,18 @@ def test_a_graceful_stop_lets_an_in_flight_stream_finish(fake: tuple) -> None:
     proxy, upstream, store, _ = fake
     hold = upstream.hold_next_stream(after=1)
     result: dict[str, Any] = {}
+    # What the store held when the server closed the cache (its last step): a graceful stop gets
+    # there only once the stream in flight has ended and been stored; a forced one at once.
+    stored_at_close: list[int] = []
+    transport = proxy.app.transport
+    assert transport is not None
+    close = transport.aclose
+
+    async def closing() -> None:
+        stored_at_close.append(len(store))
+        await close()
+
+    transport.aclose = closing  # type: ignore[method-assign]
 
     def ask() -> None:
         with (
@@ -157,6 +169,7 @@ def test_a_graceful_stop_lets_an_in_flight_stream_finish(fake: tuple) -> None:
     stopping.join()
     assert result["text"].startswith("Fake reply")
     assert len(store) == 1  # the stream ended complete, and was stored
+    assert stored_at_close == [1]  # ...before the server closed the cache
 
 
 # -- cachekit proxy, the command -------------------------------------------------------------------
