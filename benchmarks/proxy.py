@@ -9,7 +9,10 @@ client speaks OpenAI Chat Completions (the API both proxies serve) over keep-ali
   machine noise hits them alike; the proxies' figures minus the direct ones is what they add;
 * hit latency: one request asked again (p50/p99; direct calls have no cache: the upstream's time);
 * streaming: time to the first byte of a streamed miss;
-* hit throughput: ``--clients`` concurrent clients asking the cached request, requests per second.
+* hit throughput: ``--clients`` concurrent clients asking the cached request, requests per second;
+* CPU: the milliseconds of CPU each server process spends on one miss and on one hit (``--cpu``
+  sequential requests of each, read from /proc on Linux): what the added latency would be on an
+  idle machine, whatever the load of this one.
 
 LiteLLM goes in a separate, throwaway virtual environment, never the project's::
 
@@ -40,6 +43,24 @@ MODEL = "gpt-4o-mini"
 SYSTEM = "You are a careful assistant. " * 40  # a realistic prefix (~1k tokens): bodies are not tiny
 
 
+#: Each server's process id, by base URL (for its CPU time).
+PIDS: dict[str, int] = {}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_per_request(http: httpx2.Client, url: str, bodies: list[bytes]) -> float:
+    """Milliseconds of the server's CPU per request, over ``bodies`` sent one after another."""
+    before = _cpu_seconds(PIDS[url])
+    for body in bodies:
+        _timed_call(http, url, body)
+    return (_cpu_seconds(PIDS[url]) - before) * 1000 / len(bodies)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -53,6 +74,7 @@ def _process(args: list[str], port: int, ready: str, env: dict[str, str] | None 
         args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}
     )
     url = f"http://127.0.0.1:{port}"
+    PIDS[url] = process.pid
     try:
         deadline = time.monotonic() + 120
         while True:  # a benchmark may poll: nothing here is a test
@@ -169,6 +191,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--hits", type=int, default=4000, help="requests in the throughput run")
+    parser.add_argument("--cpu", type=int, default=300, help="requests of each kind in the CPU run")
     parser.add_argument("--litellm", default=None, help="the litellm command of a separate install")
     args = parser.parse_args()
 
@@ -205,6 +228,16 @@ def main() -> None:
                 hit[name].append(_timed_call(http, url, _body("the cached question")))
                 ttfb[name].append(_first_byte(http, url, _body(f"stream {name} {round_}", stream=True)))
 
+        cpu: dict[str, tuple[float, float]] = {}
+        if Path("/proc/self/stat").exists():
+            for name, url in variants.items():
+                misses = [_body(f"cpu {name} {i}") for i in range(args.cpu)]
+                hits = [_body("the cached question")] * args.cpu
+                cpu[name] = (
+                    _cpu_per_request(clients[name], url, misses),
+                    _cpu_per_request(clients[name], url, hits),
+                )
+
         rates = {
             name: asyncio.run(_throughput(url, args.clients, args.hits)) for name, url in variants.items()
         }
@@ -220,6 +253,8 @@ def main() -> None:
             f" {_pct(ttfb[name], 0.5):7.2f} / {_pct(ttfb[name], 0.99):6.2f} {added_ttfb:7.2f}"
             f" {rates[name]:10.0f}"
         )
+    for name, (per_miss, per_hit) in cpu.items():
+        print(f"{name:10} server CPU per request: miss {per_miss:.2f} ms, hit {per_hit:.2f} ms")
     if "litellm" in variants:
         print(
             f"cachekit / litellm: hit throughput x{rates['cachekit'] / rates['litellm']:.2f}, "
