@@ -98,7 +98,10 @@ def _add_serve(commands: Any) -> None:
         "--script",
         default=None,
         metavar="FILE",
-        help="scripted engine: answer from this JSON file of turns (docs/local.md#script-files)",
+        help=(
+            "scripted engine: answer from this JSON file of turns (docs/local.md#script-files; default: "
+            "none, the engine's canned answers)"
+        ),
     )
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)")
     serve.add_argument(

@@ -8,16 +8,17 @@ parsed (an event, a message, a response) holds nothing but the SDK's typed data.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
-import openai
 import pytest
 
 from cachekit.local import LocalBackend, LocalServer
 from cachekit.shape.tokens import encoding
 from tests.conftest import sdk_client
-from tests.sdk_events import untyped
+
+if TYPE_CHECKING:  # the SDKs are optional: the tests that use them skip without them
+    import anthropic
+    import openai
 
 CLAUDE = "claude-sonnet-4-5"
 GPT = "gpt-5.5"
@@ -64,5 +65,7 @@ def gpt(server: LocalServer) -> Iterator[openai.OpenAI]:
 
 def typed(*values: Any) -> None:
     """Every value is the SDK's typed data through and through (:func:`tests.sdk_events.untyped`)."""
+    from tests.sdk_events import untyped  # needs the SDKs, which only the tests that call this have
+
     problems = [problem for value in values for problem in untyped(value, type(value).__name__)]
     assert not problems, problems
