@@ -111,6 +111,10 @@ class CacheConfig:
         credential_headers: more request headers that carry a credential (a gateway's own key header),
             HMAC'd into the partition with ``x-api-key``, ``authorization``, ``api-key`` and
             ``x-goog-api-key``. Names are lower-case.
+        credential_tenants: the operator's map of credentials to shared tenants: a credential's
+            :func:`~cachekit.stores.keys.credential_fingerprint` (``sha256:<hex>``, so the map never
+            holds a key) to a tenant label. Requests carrying a mapped credential share that tenant's
+            partition; every other credential keeps its own.
         ledger: record every call's usage and cost: ``True`` (default) for the process's default ledger
             (SQLite at ``$CACHEKIT_HOME/ledger.sqlite3``, written off the request path), a
             :class:`cachekit.cost.Ledger` of your own, or ``False`` for none.
@@ -180,6 +184,7 @@ class CacheConfig:
     normalize_whitespace: bool = False
     ignore_fields: frozenset[str] = field(default_factory=frozenset)
     credential_headers: tuple[str, ...] = ()
+    credential_tenants: Mapping[str, str] = field(default_factory=dict, repr=False)
     coalesce_timeout: float = 60.0
     ledger: Ledger | bool = True
     on_cache_error: OnCacheError = "bypass"
@@ -209,6 +214,17 @@ class CacheConfig:
             # "" would be an explicit tenant that every credential shares, while an empty
             # x-cachekit-tenant header or policy(tenant="") means "no tenant": refuse the ambiguity.
             raise ConfigError("tenant must be a non-empty string or None (None: partition by credential)")
+        for fingerprint, label in self.credential_tenants.items():
+            if not (isinstance(fingerprint, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", fingerprint)):
+                raise ConfigError(
+                    "credential_tenants maps credential fingerprints (sha256:<64 hex digits>, from "
+                    "cachekit proxy --fingerprint) to tenants; an entry is not one (not shown: it may "
+                    "be a key)"
+                )
+            if not isinstance(label, str) or not label:
+                raise ConfigError(
+                    f"credential_tenants: the tenant of {fingerprint} must be a non-empty string"
+                )
         if not isinstance(self.trust_tenant_header, bool):
             raise ConfigError(f"trust_tenant_header must be True or False, not {self.trust_tenant_header!r}")
         if self.price_as is not None and (not isinstance(self.price_as, str) or not self.price_as.strip()):

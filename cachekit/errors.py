@@ -6,12 +6,14 @@
     ├── ConfigError            bad option, store URL or environment setting (also a ValueError)
     │   ├── CacheRulesError    a cache-rules file is malformed (cachekit.providers.cache_rules)
     │   │   └── UnknownProviderError  no cache rules for that provider (also a LookupError)
-    │   └── PriceTableError    a price file or override is malformed (cachekit.cost.prices)
+    │   ├── PriceTableError    a price file or override is malformed (cachekit.cost.prices)
+    │   └── ScriptError        a script file of the local backend is malformed (cachekit serve --script)
     ├── MissingExtraError      an optional extra is not installed (also an ImportError)
     ├── MemoizeError           a memoized function's arguments are not JSON, or it needs name= (a TypeError)
     ├── PrefixLintError        lint="raise": volatile content in the cached prefix (cachekit.shape.lint)
     ├── PlanError              a request's own cache_control markers the provider would refuse (a ValueError)
     ├── RequestRefusedError    the local backend refuses a request as its provider would (a ValueError)
+    ├── ScriptedError          a scripted engine's answer that is an error: the backend answers its status
     ├── StreamError            an SSE stream that is incomplete or invalid (a ValueError)
     ├── TraceError             a trace line cachekit replay cannot read (a ValueError)
     ├── SemanticError          the semantic layer failed (embedder, index); a miss on the request path
@@ -56,6 +58,8 @@ __all__ = [
     "PrefixLintError",
     "PriceTableError",
     "RequestRefusedError",
+    "ScriptError",
+    "ScriptedError",
     "SemanticError",
     "StoreError",
     "StoreUnavailableError",
@@ -196,6 +200,22 @@ class RequestRefusedError(CachekitError, ValueError):
         self.status = status
         self.param = param
         self.code = code
+
+
+class ScriptedError(CachekitError):
+    """An answer that is an error: a script of the local backend's scripted engine raises it (or a
+    script file asks for it) and the backend answers ``status`` with the provider's error body and
+    ``message`` (a rate limit, an overload, a refusal), as the provider would."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class ScriptError(ConfigError):
+    """A script file of the local backend (``cachekit serve --script``) is malformed; the message names
+    the file and the line, or the turn and the field."""
 
 
 class StreamError(CachekitError, ValueError):

@@ -100,7 +100,7 @@ if TYPE_CHECKING:
     from anthropic import Anthropic, AsyncAnthropic
     from openai import AsyncOpenAI, OpenAI
 
-__all__ = ["FakeUpstream", "Hold", "LocalAPI", "RecordedRequest", "local_backend"]
+__all__ = ["FakeUpstream", "Hold", "LocalAPI", "RecordedRequest", "StreamHold", "local_backend"]
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,68 @@ class Hold:
         self._released.set()
 
 
+class StreamHold:
+    """A streamed answer that :class:`FakeUpstream` keeps waiting midway (see
+    :meth:`FakeUpstream.hold_next_stream`): the events before the hold are sent, the rest wait.
+
+    Lets a test act while a stream is provably in flight (a client that goes away, a server that
+    shuts down) without sleeping: wait for :meth:`reached`, act, then :meth:`release` it, or see the
+    consumer give up on it (:meth:`closed`).
+    """
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self._reached = Signal()
+        self._released = Signal()
+        self._closed = Signal()
+
+    def reached(self, timeout: float | None = None) -> bool:
+        """Block until the stream has sent its first ``after`` events and waits; ``False`` on timeout."""
+        return self._reached.wait(timeout)
+
+    def closed(self, timeout: float | None = None) -> bool:
+        """Block until the consumer closed the stream before its end; ``False`` on timeout."""
+        return self._closed.wait(timeout)
+
+    def release(self) -> None:
+        """Let the rest of the stream go."""
+        self._released.set()
+
+    def _wrap(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        ended = False
+        try:
+            for sent, chunk in enumerate(chunks):
+                if sent == self.after:
+                    self._reached.set()
+                    self._released.wait(None)
+                yield chunk
+            ended = True
+        finally:
+            if not ended:
+                self._closed.set()
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    async def _awrap(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        ended = False
+        try:
+            sent = 0
+            async for chunk in chunks:
+                if sent == self.after:
+                    self._reached.set()
+                    await self._released.wait_async(None)  # a consumer that gives up cancels this
+                sent += 1
+                yield chunk
+            ended = True
+        finally:
+            if not ended:
+                self._closed.set()
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
 class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
     """An in-process upstream speaking the Anthropic and OpenAI HTTP APIs; a sync *and* async transport.
 
@@ -200,12 +262,16 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         self._requests: list[RecordedRequest] = []
         self._scripted: deque[_Scripted] = deque()
         self._stream_breaks: deque[_StreamBreak] = deque()
+        self._stream_holds: deque[StreamHold] = deque()
         self._holds: list[Hold] = []
         # The local backend's scripted engine answers; usage is a 4-bytes-per-token estimate and
         # every prompt token is billed as uncached (no provider cache is simulated here). Like the
         # providers it imitates, it announces no caching rules (no x-cachekit-rules header).
         engine = ScriptedEngine(ByteTokenizer(), reply_prefix="Fake reply", script=script)
-        self._backend = LocalBackend(engine, rules="none", accept_any_model=True, announce=False)
+        # A test double takes any body: tests send fields of their own, and no model name is refused.
+        self._backend = LocalBackend(
+            engine, rules="none", accept_any_model=True, announce=False, strict_fields=False
+        )
 
     # -- inspection and scripting ---------------------------------------------------------------
 
@@ -229,9 +295,12 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
             self._requests.clear()
             self._scripted.clear()
             self._stream_breaks.clear()
+            stream_holds, self._stream_holds = list(self._stream_holds), deque()
             holds, self._holds = self._holds, []
         for hold in holds:
             hold.release()
+        for stream_hold in stream_holds:
+            stream_hold.release()
 
     def fail_next(
         self,
@@ -284,6 +353,17 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         with self._lock:
             self._stream_breaks.append(_StreamBreak(after, how))
 
+    def hold_next_stream(self, *, after: int = 1) -> StreamHold:
+        """Keep the next streamed answer waiting after its first ``after`` events, until the returned
+        :class:`StreamHold` is released (or the consumer closes the stream). Non-streaming requests
+        do not consume it."""
+        if after < 0:
+            raise ValueError("after must not be negative")
+        hold = StreamHold(after)
+        with self._lock:
+            self._stream_holds.append(hold)
+        return hold
+
     def hold_next(self, times: int = 1) -> Hold:
         """Keep the next ``times`` requests waiting, once received (counted, recorded, their scripted
         reply chosen), until the returned :class:`Hold` is released. Async clients wait without
@@ -305,9 +385,11 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         if self.latency > 0:
             time.sleep(self.latency)
         lib = library_of(request)
-        content: bytes | Iterator[bytes] = (
-            reply.content if reply.events is None else iter_reply(lib, reply, self._sync_delay)
-        )
+        content: bytes | Iterator[bytes] = reply.content
+        if reply.events is not None:
+            content = iter_reply(lib, reply, self._sync_delay)
+            if (stream_hold := self._stream_hold()) is not None:
+                content = stream_hold._wrap(content)
         return build_response(lib, reply, content)
 
     async def handle_async_request(self, request: Any) -> Any:
@@ -318,10 +400,16 @@ class FakeUpstream(httpx2.BaseTransport, httpx2.AsyncBaseTransport):
         if self.latency > 0:
             await anyio.sleep(self.latency)
         lib = library_of(request)
-        content: bytes | AsyncIterator[bytes] = (
-            reply.content if reply.events is None else aiter_reply(lib, reply, self._async_delay)
-        )
+        content: bytes | AsyncIterator[bytes] = reply.content
+        if reply.events is not None:
+            content = aiter_reply(lib, reply, self._async_delay)
+            if (stream_hold := self._stream_hold()) is not None:
+                content = stream_hold._awrap(content)
         return build_response(lib, reply, content)
+
+    def _stream_hold(self) -> StreamHold | None:
+        with self._lock:
+            return self._stream_holds.popleft() if self._stream_holds else None
 
     def close(self) -> None:
         """Nothing to release; the upstream stays usable (clients sharing it close it too)."""

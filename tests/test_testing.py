@@ -38,7 +38,7 @@ TIME: dict[str, object] = {
     "properties": {"timezone": {"type": "string"}},
     "required": ["timezone"],
 }
-WEATHER_INPUT = {"city": "example city", "unit": "celsius", "days": 1}
+WEATHER_INPUT = {"city": "example city"}  # the required properties: optional ones are left out
 
 ANTHROPIC_TOOLS: list[ToolParam] = [
     {"name": "get_weather", "description": "Weather forecast.", "input_schema": WEATHER},

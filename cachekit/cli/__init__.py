@@ -6,6 +6,7 @@ SDKs with and without cachekit, with what each layer saves (no network, no API k
 ``cachekit stats``, ``cachekit purge`` and ``cachekit health`` are the operator's tools for a store.
 ``cachekit semantic-eval PAIRS.jsonl`` measures the semantic cache's precision and recall on labelled pairs.
 ``cachekit serve`` runs the offline local backend: the providers' HTTP APIs on a local engine.
+``cachekit proxy`` gives every layer to any client, in any language, that points its base URL at it.
 ``cachekit replay TRACES.jsonl`` compares cache-breakpoint policies on recorded agent conversations.
 ``cachekit diff A.json B.json`` shows where two requests' prompt prefixes diverge, and why.
 ``cachekit lint REQUEST.json ...`` names volatile content in the cached prefix of requests.
@@ -14,8 +15,9 @@ SDKs with and without cachekit, with what each layer saves (no network, no API k
 Each command group is one module of this package whose ``register(commands)`` adds its commands to the
 parser: :mod:`~cachekit.cli.demo`, :mod:`~cachekit.cli.report` (report, stats),
 :mod:`~cachekit.cli.store` (purge, health), :mod:`~cachekit.cli.semantic` (semantic-eval),
-:mod:`~cachekit.cli.serve`, :mod:`~cachekit.cli.prices`, :mod:`~cachekit.cli.replay` and
-:mod:`~cachekit.cli.prefix` (diff, lint). A command imports what it runs only when it runs.
+:mod:`~cachekit.cli.serve`, :mod:`~cachekit.cli.proxy`, :mod:`~cachekit.cli.prices`,
+:mod:`~cachekit.cli.replay` and :mod:`~cachekit.cli.prefix` (diff, lint). A command imports what it
+runs only when it runs.
 What every command shares (its parser, range-checked argument types, the checks of the files it
 reads and writes, the errors it raises) is :mod:`cachekit.cli._common`; :func:`main` turns whatever
 stops a command into one line on stderr and the documented exit status (docs/cli.md).
@@ -31,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from cachekit._version import __version__
-from cachekit.cli import _common, demo, prefix, prices, replay, report, semantic, serve, store
+from cachekit.cli import _common, demo, prefix, prices, proxy, replay, report, semantic, serve, store
 from cachekit.cli._common import Formatter, Parser, say
 from cachekit.errors import CachekitError, MissingExtraError
 
@@ -40,7 +42,7 @@ __all__ = ["main"]
 logger = logging.getLogger("cachekit.cli")
 
 #: Each command group's ``register``, in the order ``cachekit --help`` lists the commands.
-_GROUPS = (demo, report, store, semantic, serve, prices, replay, prefix)
+_GROUPS = (demo, report, store, semantic, serve, proxy, prices, replay, prefix)
 
 _EXIT_STATUSES = (
     "exit status: 0 success; 1 the command ran and failed, or its answer is no (an unhealthy store, "

@@ -21,10 +21,18 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
     from cachekit.local import LocalBackend, LocalServer, make_engine
 
     with ExitStack() as stack:  # whatever stops it, what was started is closed: nothing keeps it alive
+        options: dict[str, Any] = {}
+        if args.script is not None:
+            if args.engine != "scripted":
+                raise _common.UsageError("--script needs the scripted engine (--engine scripted)")
+            from cachekit.local import load_script
+
+            # A malformed file is a ScriptError (a ValueError): one line naming the line or turn, exit 2.
+            options["script"] = load_script(args.script)
         if args.engine == "transformers":  # seconds to load (minutes to convert, with its own bar)
             say("serve", f"loading the {args.model or 'smollm2'} model ...")
         try:
-            engine = make_engine(args.engine, model=args.model, device=args.device)
+            engine = make_engine(args.engine, model=args.model, device=args.device, **options)
         except FileNotFoundError as exc:  # a --model that is neither a known name nor a model folder
             raise _common.UsageError(f"--model {args.model}: {exc}") from None
         stack.callback(engine.close)
@@ -85,6 +93,15 @@ def _add_serve(commands: Any) -> None:
         "--any-model",
         action="store_true",
         help="accept every model name (default: the models in cachekit's price and cache-rule tables)",
+    )
+    serve.add_argument(
+        "--script",
+        default=None,
+        metavar="FILE",
+        help=(
+            "scripted engine: answer from this JSON file of turns (docs/local.md#script-files; default: "
+            "none, the engine's canned answers)"
+        ),
     )
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)")
     serve.add_argument(

@@ -27,6 +27,7 @@ from cachekit.errors import install_command
 __all__ = [
     "GenaiPrice",
     "available",
+    "knows",
     "lookup",
     "missing_reason",
     "model_ids",
@@ -170,6 +171,12 @@ def _find(provider: str, model: str) -> tuple[Any, Any] | None:
         except LookupError:
             continue
     return None
+
+
+def knows(provider: str, model: str) -> bool:
+    """Whether genai-prices has ``model`` of cachekit's ``provider`` (its own name-matching rules:
+    aliases, dated snapshots); false when the package is not installed."""
+    return _find(provider, model) is not None
 
 
 def model_ids(providers: Iterable[str]) -> set[str]:

@@ -114,6 +114,10 @@ class CallRecord:
     cost: float | None
     cost_without_caching: float | None
     saving: float | None
+    #: Why the provider's prompt cache could not read this call's prefix where the conversation's
+    #: previous call would have let it: the first change (``messages_changed; at=messages.3``), as
+    #: the ``x-cachekit-prefix-changed`` header said it (``None``: nothing changed, or not known).
+    prefix_change: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A flat JSON-ready dict (token counts inlined), the inverse of :meth:`from_dict`."""
@@ -136,6 +140,7 @@ class CallRecord:
             "cost": self.cost,
             "cost_without_caching": self.cost_without_caching,
             "saving": self.saving,
+            "prefix_change": self.prefix_change,
         }
 
     @classmethod
@@ -156,6 +161,7 @@ class CallRecord:
             cost=data.get("cost"),
             cost_without_caching=data.get("cost_without_caching"),
             saving=data.get("saving"),
+            prefix_change=data.get("prefix_change"),
         )
 
 
@@ -176,6 +182,7 @@ def make_record(
     time: float | None = None,
     batch: bool = False,
     context: Mapping[str, str] | None = None,
+    prefix_change: str | None = None,
 ) -> CallRecord:
     """Price ``usage`` and build the ledger record for one call (pure apart from the clock).
 
@@ -206,6 +213,7 @@ def make_record(
         cost=cost,
         cost_without_caching=without,
         saving=saving,
+        prefix_change=prefix_change,
     )
 
 
@@ -367,6 +375,7 @@ _COLUMNS = (
     "cost",
     "cost_without_caching",
     "saving",
+    "prefix_change",
 )
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -387,7 +396,8 @@ CREATE TABLE IF NOT EXISTS calls (
     problems TEXT,
     cost REAL,
     cost_without_caching REAL,
-    saving REAL
+    saving REAL,
+    prefix_change TEXT
 );
 CREATE INDEX IF NOT EXISTS calls_time ON calls (time);
 CREATE TABLE IF NOT EXISTS shadow (
@@ -466,7 +476,16 @@ def _sql_row(r: CallRecord) -> tuple[Any, ...]:
         r.cost,
         r.cost_without_caching,
         r.saving,
+        r.prefix_change,
     )
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Bring a ledger written by an earlier cachekit up to date: columns added since are added (empty
+    in the old rows), so old and new records read alike."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
+    if "prefix_change" not in have:
+        conn.execute("ALTER TABLE calls ADD COLUMN prefix_change TEXT")
 
 
 class SQLiteSink:
@@ -491,6 +510,7 @@ class SQLiteSink:
         )
         self._conn: sqlite3.Connection | None = self._connect()
         self._conn.executescript(_SCHEMA)
+        _add_missing_columns(self._conn)
         _fork.register(self)
 
     def _connect(self) -> sqlite3.Connection:
@@ -573,8 +593,8 @@ def _select(table: str, columns: Sequence[str], since: float | None) -> tuple[st
     return query + " ORDER BY time, id", params
 
 
-def _record_of_row(row: Sequence[Any]) -> CallRecord:
-    d = dict(zip(_COLUMNS, row, strict=True))
+def _record_of_row(row: Sequence[Any], columns: Sequence[str] = _COLUMNS) -> CallRecord:
+    d = dict(zip(columns, row, strict=True))
     d["problems"] = d["problems"].split("\n") if d["problems"] else []
     return CallRecord.from_dict(d)
 
@@ -637,7 +657,11 @@ def read_ledger(path: str | Path, since: float | None = None) -> LedgerContents:
                 f"{path} is {what} without a calls table, not a cost ledger (the default ledger is "
                 f"{default_ledger_path()})"
             )
-        rows = conn.execute(*_select("calls", _COLUMNS, since)).fetchall()
+        # A ledger written by an earlier cachekit lacks the columns added since (read-only: they are
+        # not added here); its records read as if those fields were empty.
+        have = {row[1] for row in conn.execute("PRAGMA table_info(calls)")}
+        columns = tuple(name for name in _COLUMNS if name in have)
+        rows = conn.execute(*_select("calls", columns, since)).fetchall()
         # A ledger written before shadow mode existed has no shadow table: it holds no shadow records.
         shadow_rows = (
             conn.execute(*_select("shadow", _SHADOW_COLUMNS, since)).fetchall() if "shadow" in tables else []
@@ -652,7 +676,7 @@ def read_ledger(path: str | Path, since: float | None = None) -> LedgerContents:
     finally:
         conn.close()
     return LedgerContents(
-        [_record_of_row(row) for row in rows], shadow=[_shadow_of_row(row) for row in shadow_rows]
+        [_record_of_row(row, columns) for row in rows], shadow=[_shadow_of_row(row) for row in shadow_rows]
     )
 
 
@@ -948,6 +972,7 @@ class Ledger:
         time: float | None = None,
         batch: bool = False,
         context: Mapping[str, str] | None = None,
+        prefix_change: str | None = None,
     ) -> CallRecord:
         """Price ``usage`` (see :func:`make_record`), record it and return the record."""
         record = make_record(
@@ -961,6 +986,7 @@ class Ledger:
             time=time,
             batch=batch,
             context=context,
+            prefix_change=prefix_change,
         )
         self.record(record)
         return record
@@ -976,13 +1002,22 @@ class Ledger:
         tenant: str | None = None,
         site: str | None = None,
         time: float | None = None,
+        prefix_change: str | None = None,
     ) -> CallRecord:
         """Normalize the usage of a response ``body`` (see :func:`usage_of_body`) and record the call,
         priced with the options the body reports (:func:`price_context_of_body`)."""
         usage = usage_of_body(provider, dialect, body)
         context = price_context_of_body(provider, dialect, body)
         return self.record_call(
-            provider, model, usage, outcome=outcome, tenant=tenant, site=site, time=time, context=context
+            provider,
+            model,
+            usage,
+            outcome=outcome,
+            tenant=tenant,
+            site=site,
+            time=time,
+            context=context,
+            prefix_change=prefix_change,
         )
 
     def _start_writer(self) -> None:

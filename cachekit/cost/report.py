@@ -377,12 +377,38 @@ def render_report(
     rows = aggregate(records, names)
     if plot_path is not None:
         plot(records, plot_path)
+    changes = prefix_changes(records)
     if as_json:
         text = render_json(rows, names, since=since_ts)
-        if not shadow:
+        if not shadow and not changes:
             return text
         document = orjson.loads(text)
-        document["shadow"] = _shadow_json(shadow, target_precision)
+        if changes:
+            document["prefix_changes"] = [{"change": change, "calls": calls} for change, calls in changes]
+        if shadow:
+            document["shadow"] = _shadow_json(shadow, target_precision)
         return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
     table = render_table(rows, names, width=width)
+    if changes:  # "why did it miss?": what broke conversations' cached prefixes
+        table = table.rstrip("\n") + "\n\n" + render_prefix_changes(changes)
     return table if not shadow else table + "\n\n" + render_shadow(shadow, target=target_precision)
+
+
+def prefix_changes(records: Iterable[CallRecord]) -> list[tuple[str, int]]:
+    """Why conversations' prompt-cache prefixes stopped matching their previous call (each record's
+    ``prefix_change``: the first change and where), with how many calls each, most first."""
+    counts: dict[str, int] = {}
+    for record in records:
+        if record.prefix_change:
+            counts[record.prefix_change] = counts.get(record.prefix_change, 0) + 1
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def render_prefix_changes(changes: Sequence[tuple[str, int]]) -> str:
+    """The "why did it miss?" section of the report: each first change of a conversation's prefix."""
+    width = max(len(change) for change, _ in changes)
+    lines = ["Why conversations' cached prefixes stopped matching (first change since the previous call):"]
+    lines += [
+        f"  {change.ljust(width)}  {calls} call{'s' if calls != 1 else ''}" for change, calls in changes
+    ]
+    return "\n".join(lines) + "\n"

@@ -43,6 +43,7 @@ from cachekit.local.engine import (
     Turn,
     WebSearch,
 )
+from cachekit.local.script_file import ScriptFile, load_script
 from cachekit.local.scripted import (
     REDACTED_THINKING_TRIGGER,
     REFUSAL_TRIGGER,
@@ -75,6 +76,7 @@ __all__ = [
     "Reply",
     "Rules",
     "Script",
+    "ScriptFile",
     "ScriptedEngine",
     "Text",
     "Thinking",
@@ -84,6 +86,7 @@ __all__ = [
     "ToolSpec",
     "Turn",
     "WebSearch",
+    "load_script",
     "make_engine",
 ]
 

@@ -28,6 +28,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import re
+import secrets
+import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -36,14 +40,27 @@ import orjson
 
 from cachekit import _fork
 from cachekit._types import Dialect, Ttl
-from cachekit.errors import RequestRefusedError
+from cachekit.cost import genai
+from cachekit.errors import RequestRefusedError, ScriptedError
 from cachekit.local.accounting import AnthropicCache, OpenAICache, Retention
 from cachekit.local.clock import Clock
-from cachekit.local.engine import Block, Engine, ToolCall
-from cachekit.local.parse import Parsed, parse
-from cachekit.local.wire import Billing, Reply, error_reply, family_for, render
+from cachekit.local.compaction import seal
+from cachekit.local.encoding import MAX_DECODED, decoded_body
+from cachekit.local.engine import Engine
+from cachekit.local.parse import Parsed, check_fields, parse
+from cachekit.local.wire import (
+    Billing,
+    Empty,
+    Extras,
+    Reply,
+    error_reply,
+    family_for,
+    json_reply,
+    render,
+    responses_usage,
+)
 from cachekit.providers.announced import NO_PROMPT_CACHE, RULES_HEADER
-from cachekit.providers.cache_rules import cache_rules
+from cachekit.providers.cache_rules import cache_rules, default_cache_rules
 from cachekit.providers.error_bodies import BAD_JSON, stream_error_event
 from cachekit.providers.registry import Family, dialect_of, family_of
 
@@ -53,6 +70,8 @@ logger = logging.getLogger("cachekit.local")
 
 #: Whose prompt-caching rules bill the responses (auto: each API by its provider's).
 Rules = Literal["auto", "anthropic", "openai", "none"]
+#: What OpenAI's ``prompt_cache_key`` does in the emulator (see :class:`LocalBackend`).
+CacheKeyReading = Literal["partition", "routing"]
 _RULES = ("auto", "anthropic", "openai", "none")
 _TENANT_DOMAIN = b"cachekit.local.tenant.v1\x00"
 
@@ -88,6 +107,16 @@ class LocalBackend:
         accept_any_model: accept every model name (a test double of an unknown provider).
         announce: name the rules each answer is billed by in its ``x-cachekit-rules`` header (the
             real providers do not; :class:`cachekit.testing.FakeUpstream` imitates them).
+        strict_fields: refuse top-level fields, input items and content blocks the API does not take
+            with the provider's 400 (:mod:`cachekit.providers.request_fields`); off for a test double
+            that takes anything.
+        stored_responses: how many Responses answers sent with ``store`` (the API's default) are kept
+            for ``GET /v1/responses/{id}`` and ``previous_response_id``, least recently used first out.
+        max_body: the most bytes a request body may take once its ``Content-Encoding`` is undone.
+        prompt_cache_key: what OpenAI's ``prompt_cache_key`` does: ``partition`` (another key is
+            another cache: a test of a key's effect sees it always) or ``routing`` (a hint that sends
+            requests to a server that holds their prefix, as OpenAI's guide describes it: the emulator's
+            one cache serves every key, so the key changes nothing billed).
     """
 
     def __init__(
@@ -100,6 +129,10 @@ class LocalBackend:
         models: Iterable[str] | None = None,
         accept_any_model: bool = False,
         announce: bool = True,
+        strict_fields: bool = True,
+        stored_responses: int = 1000,
+        max_body: int = MAX_DECODED,
+        prompt_cache_key: CacheKeyReading = "partition",
     ) -> None:
         if rules not in _RULES:
             raise ValueError(f"rules must be one of {', '.join(_RULES)}, not {rules!r}")
@@ -121,6 +154,13 @@ class LocalBackend:
         self._models = frozenset(models) if models is not None else None
         self._accept_any_model = accept_any_model
         self._announce = announce
+        if prompt_cache_key not in ("partition", "routing"):
+            raise ValueError(f"prompt_cache_key must be 'partition' or 'routing', not {prompt_cache_key!r}")
+        self._key_partitions = prompt_cache_key == "partition"
+        self._strict = strict_fields
+        self._max_body = max_body
+        self._stored: OrderedDict[str, _Stored] = OrderedDict()
+        self._store_limit = max(0, stored_responses)
         self._lock = _fork.lock(self)  # the counters
         self._requests = 0
         self._errors = 0
@@ -141,19 +181,23 @@ class LocalBackend:
         """Answer one request (``headers`` with lower-case names). Never raises for bad input."""
         lowered = {key.lower(): value for key, value in headers.items()}
         dialect = dialect_of(method, path)
-        family = family_for(dialect, lowered)
+        route = _route(method, path, lowered) if dialect is None else None
+        family = "openai" if route is not None else family_for(dialect, lowered)
         with self._lock:
             self._requests += 1
         try:
-            reply = self._serve(
-                method=method,
-                path=path,
-                dialect=dialect,
-                family=family,
-                headers=lowered,
-                body=body,
-                host=host,
-            )
+            if route is not None:
+                reply = self._serve_route(route, lowered, body, host)
+            else:
+                reply = self._serve(
+                    method=method,
+                    path=path,
+                    dialect=dialect,
+                    family=family,
+                    headers=lowered,
+                    body=body,
+                    host=host,
+                )
         except Exception:  # a bug here must cost one request its 500, never the connection or the server
             logger.exception("the local backend failed on a %s request", dialect or "non-API")
             reply = error_reply(family, 500, "Internal server error")
@@ -206,24 +250,37 @@ class LocalBackend:
             message = "Not Found" if family == "anthropic" else f"Invalid URL ({method} {path})"
             return error_reply(family, 404, message, code="")  # OpenAI: no code for an unknown path
         try:
-            payload = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return error_reply(family, 400, BAD_JSON[family])
-        if not isinstance(payload, dict):
-            return error_reply(family, 400, BAD_JSON[family])
-        try:
+            payload = self._payload(family, headers, body)
             tenant = tenant_of(headers)
-            parsed = parse(dialect, payload, self.engine.tokenizer, salt=tenant)
+            effective = self._resolved(dialect, payload, tenant)
+            betas = _betas(headers) if family == "anthropic" else frozenset()
+            parsed = parse(
+                dialect, effective, self.engine.tokenizer, salt=tenant, betas=betas, strict=self._strict
+            )
             self._check_model(family, parsed)
             self._check_context(dialect, parsed)
-            billing = self._bill(dialect, payload, parsed, tenant)
+            billing = self._bill(dialect, effective, parsed, tenant)
         except RequestRefusedError as error:
             return error_reply(family, error.status, error.message, param=error.param, code=error.code)
         if dialect == "anthropic_count_tokens":
-            return render(dialect, payload, _Nothing(), billing, host)
+            return render(dialect, payload, Empty(), billing)
+        compaction = parsed.compaction
+        compacting = compaction is not None and compaction.triggered(billing.total)
+        extras = Extras(
+            host=host,
+            compaction=seal(tenant, parsed.prompt.answer_index) if compacting else None,
+            summary=f"Summary of the conversation so far ({parsed.prompt.answer_index} answers).",
+            context_management=compaction is not None and compaction.edits,
+            keep=self._keeper(payload, effective, tenant) if dialect == "openai_responses" else None,
+        )
         try:
-            generation = self.engine.generate(parsed.prompt)
-            reply = render(dialect, payload, generation, billing, host)
+            if compacting and compaction is not None and compaction.pause:
+                generation: Any = Empty("compaction")
+            else:
+                generation = self.engine.generate(parsed.prompt)
+            reply = render(dialect, payload, generation, billing, extras)
+        except ScriptedError as error:
+            return error_reply(family, error.status, error.message)
         except Exception:  # an engine failure is the provider's 500, never a crashed server
             logger.exception("the %s engine failed", self.engine.name)
             return error_reply(family, 500, "Internal server error")
@@ -233,12 +290,149 @@ class LocalBackend:
             )
         return reply
 
+    # -- requests beside the generation endpoints --------------------------------------------------
+
+    def _payload(self, family: Family, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+        """The request's JSON object, its ``Content-Encoding`` undone."""
+        body = decoded_body(headers, body, self._max_body)
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise RequestRefusedError(BAD_JSON[family]) from None
+        if not isinstance(payload, dict):
+            raise RequestRefusedError(BAD_JSON[family])
+        return payload
+
+    def _serve_route(self, route: _Route, headers: dict[str, str], body: bytes, host: str) -> Reply:
+        """The Responses API's other requests: a WebSocket attempt, a stored response, compaction."""
+        if route.kind == "websocket":
+            # "Responses WebSocket mode" is not offered: 426 makes a client (Codex) fall back to HTTP
+            # at once, where any other failure goes through its retries first.
+            reply = error_reply(
+                "openai", 426, "The Responses WebSocket mode is not offered here: send POST /v1/responses."
+            )
+            return replace(reply, headers=(*reply.headers, ("connection", "close")))
+        tenant = tenant_of(headers)
+        if route.kind in ("retrieve", "delete"):
+            with self._lock:
+                stored = self._stored.get(route.response_id)
+                found = stored is not None and stored.tenant == tenant
+                if found and route.kind == "delete":
+                    del self._stored[route.response_id]
+                elif found:
+                    self._stored.move_to_end(route.response_id)
+            if not found or stored is None:
+                message = f"Response with id '{route.response_id}' not found."
+                return error_reply("openai", 404, message, param="response_id")
+            if route.kind == "delete":
+                return json_reply("openai", {"id": route.response_id, "object": "response", "deleted": True})
+            return json_reply("openai", stored.response)
+        try:
+            return self._compact(headers, body, tenant)
+        except RequestRefusedError as error:
+            return error_reply("openai", error.status, error.message, param=error.param, code=error.code)
+
+    def _compact(self, headers: dict[str, str], body: bytes, tenant: bytes) -> Reply:
+        """``POST /v1/responses/compact``: the conversation's user messages, then one compaction item."""
+        payload = self._payload("openai", headers, body)
+        if self._strict:
+            check_fields("openai_responses_compact", payload)
+        effective = self._resolved("openai_responses", payload, tenant)
+        if "input" not in effective:
+            effective = {**effective, "input": []}
+        probe = {**effective, "input": effective["input"] or [{"role": "user", "content": ""}]}
+        parsed = parse("openai_responses", probe, self.engine.tokenizer, salt=tenant, strict=False)
+        self._check_model("openai", parsed)
+        billing = self._bill("openai_responses", probe, parsed, tenant)
+        items = effective["input"] if isinstance(effective["input"], list) else []
+        users = [
+            {
+                "id": "msg_" + secrets.token_hex(24),
+                "type": "message",
+                "status": "completed",
+                "role": "user",
+                "content": _input_parts(item.get("content")),
+            }
+            for item in items
+            if isinstance(item, dict)
+            and item.get("type", "message") == "message"
+            and item.get("role") == "user"
+        ]
+        compaction = {
+            "id": "cmp_" + secrets.token_hex(24),
+            "type": "compaction",
+            "encrypted_content": seal(tenant, parsed.prompt.answer_index),
+        }
+        usage = responses_usage(billing)
+        return json_reply(
+            "openai",
+            {
+                "id": "resp_" + secrets.token_hex(24),
+                "object": "response.compaction",
+                "created_at": int(time.time()),
+                "output": [*users, compaction],
+                "usage": usage,
+            },
+        )
+
+    def _resolved(self, dialect: Dialect, payload: dict[str, Any], tenant: bytes) -> dict[str, Any]:
+        """The request as the model sees it: a Responses ``previous_response_id`` replaced by the
+        stored conversation it names (its input and output, then this request's input; its
+        instructions are not carried over, as the API documents)."""
+        rid = payload.get("previous_response_id") if dialect == "openai_responses" else None
+        if rid is None:
+            return payload
+        with self._lock:
+            stored = self._stored.get(rid) if isinstance(rid, str) else None
+            if stored is not None and stored.tenant == tenant:
+                self._stored.move_to_end(rid)
+            else:
+                stored = None
+        if stored is None:
+            raise RequestRefusedError(
+                f"Previous response with id '{rid}' not found.", status=404, param="previous_response_id"
+            )
+        new = payload.get("input", [])
+        new_items = [{"role": "user", "content": new}] if isinstance(new, str) else new
+        if not isinstance(new_items, list):
+            raise RequestRefusedError(
+                "Invalid 'input': expected a string or an array.", param="input", code="invalid_value"
+            )
+        history = [*stored.input, *stored.response.get("output", [])]
+        return {
+            **{key: value for key, value in payload.items() if key != "previous_response_id"},
+            "input": [*history, *new_items],
+        }
+
+    def _keeper(self, payload: dict[str, Any], effective: dict[str, Any], tenant: bytes) -> Any:
+        """What keeps a Responses answer sent with ``store`` (the default); ``None`` with ``store: false``."""
+        if payload.get("store") is False or self._store_limit == 0:
+            return None
+        items = effective.get("input", [])
+        conversation = [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
+
+        def keep(response: dict[str, Any]) -> None:
+            with self._lock:
+                self._stored[response["id"]] = _Stored(tenant, conversation, response)
+                while len(self._stored) > self._store_limit:
+                    self._stored.popitem(last=False)
+
+        return keep
+
     def _check_model(self, family: Family, parsed: Parsed) -> None:
         model = parsed.prompt.model
         if self._accept_any_model or model == self.engine.name:
             return
         known = self._models if self._models is not None else _known_models()
-        if model in known or (self._models is None and (model.lower() in known or _known_prefix(model))):
+        if model in known:
+            return
+        if self._models is None and (
+            model.lower() in known
+            or _known_prefix(model)
+            or genai.knows(family, model)
+            # A later version of a family whose rules the provider says hold for later versions.
+            or default_cache_rules().resolve(family, model)[1] == "later"
+        ):
             return
         if family == "anthropic":
             raise RequestRefusedError(f"model: {model}", status=404)
@@ -297,7 +491,7 @@ class LocalBackend:
             billing = self._bill_breakpoints(dialect, payload, parsed, tenant)
         else:
             retention: Retention = "24h" if payload.get("prompt_cache_retention") == "24h" else "in_memory"
-            key = payload.get("prompt_cache_key")
+            key = payload.get("prompt_cache_key") if self._key_partitions else None
             cached = self._openai.account(
                 model=parsed.prompt.model,
                 partition=tenant,
@@ -319,7 +513,7 @@ class LocalBackend:
         """OpenAI GPT-5.6 and later: breakpoints, the implicit one unless ``prompt_cache_options.mode``
         is ``explicit``, writes reported in ``cache_write_tokens``."""
         implicit = _prompt_cache_options(dialect, payload)
-        key = payload.get("prompt_cache_key")
+        key = payload.get("prompt_cache_key") if self._key_partitions else None
         usage = self._openai_explicit.account(
             model=parsed.prompt.model,
             partition=tenant,
@@ -368,18 +562,56 @@ def _prompt_cache_options(dialect: Dialect, payload: dict[str, Any]) -> Ttl | No
     return "5m" if ttl == "30m" else "1h"
 
 
-class _Nothing:
-    """The empty generation of a token-count request."""
+@dataclass(frozen=True)
+class _Stored:
+    """A kept Responses answer: whose it is, the conversation it answered, and the response object."""
 
-    tool_call: ToolCall | None = None
-    blocks: tuple[Block, ...] = ()
-    finish_reason: Literal["end"] = "end"
-    stop_sequence = None
-    output_tokens = 0
-    reasoning_tokens = 0
+    tenant: bytes
+    input: list[Any]
+    response: dict[str, Any]
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
+
+@dataclass(frozen=True)
+class _Route:
+    """A Responses request beside ``POST /v1/responses``."""
+
+    kind: Literal["websocket", "retrieve", "delete", "compact"]
+    response_id: str = ""
+
+
+_RESPONSE_PATH = re.compile(r".*/responses/([A-Za-z0-9_-]+)")
+
+
+def _route(method: str, path: str, headers: Mapping[str, str]) -> _Route | None:
+    """Which of the Responses API's other requests ``method`` ``path`` is, if any (``headers``:
+    lower-case names; ``GET .../responses`` asking to upgrade to a WebSocket is the SDK's
+    ``responses.connect()``)."""
+    trimmed = path.rstrip("/")
+    if method == "POST" and trimmed.endswith("/responses/compact"):
+        return _Route("compact")
+    if method == "GET" and trimmed.endswith("/responses"):
+        upgrade = headers.get("upgrade", "").lower()
+        return _Route("websocket") if "websocket" in upgrade else None
+    match = _RESPONSE_PATH.fullmatch(trimmed)
+    if match is None or match.group(1) == "compact":
+        return None
+    if method == "GET":
+        return _Route("retrieve", match.group(1))
+    if method == "DELETE":
+        return _Route("delete", match.group(1))
+    return None
+
+
+def _input_parts(content: Any) -> list[Any]:
+    """A message's content as a list of parts (a string is one ``input_text`` part)."""
+    if isinstance(content, str):
+        return [{"type": "input_text", "text": content}]
+    return list(content) if isinstance(content, list) else []
+
+
+def _betas(headers: Mapping[str, str]) -> frozenset[str]:
+    """The request's ``anthropic-beta`` values (comma-separated)."""
+    return frozenset(part.strip() for part in headers.get("anthropic-beta", "").split(",") if part.strip())
 
 
 def _guarded(events: Iterable[bytes], dialect: Dialect, engine: str) -> Iterator[bytes]:

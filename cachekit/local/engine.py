@@ -37,25 +37,45 @@ __all__ = [
     "WebSearch",
 ]
 
-FinishReason = Literal["end", "length", "stop_sequence", "tool_use", "refusal"]
+FinishReason = Literal["end", "length", "stop_sequence", "tool_use", "refusal", "compaction"]
 
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A function the model may call: its name, description and JSON-schema parameters."""
+    """A tool the model may call: its name, description and JSON-schema parameters.
+
+    ``kind`` is ``function`` (called with a JSON object of arguments) or ``custom`` (OpenAI's freeform
+    tools, called with a string; ``format`` is the tool's input format: ``{"type": "text"}`` or a
+    grammar). ``namespace`` names the Responses ``namespace`` tool that declared it, which its calls
+    carry.
+    """
 
     name: str
     description: str = ""
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    kind: Literal["function", "custom"] = "function"
+    namespace: str | None = None
+    format: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A call of one tool with its arguments (a JSON object)."""
+    """A call of one tool with its arguments (a JSON object).
+
+    A call of a freeform (``custom``) tool carries its string ``input`` instead (``arguments`` is then
+    empty); ``namespace`` is the namespace of the tool called, when it was declared in one.
+    """
 
     name: str
     arguments: Mapping[str, Any]
     id: str = ""
+    namespace: str | None = None
+    input: str | None = None
+
+    @property
+    def custom(self) -> bool:
+        """Whether this calls a freeform (``custom``) tool."""
+        return self.input is not None
 
 
 @dataclass(frozen=True)
@@ -146,10 +166,17 @@ class Document:
 
 @dataclass(frozen=True)
 class ToolChoice:
-    """How the request constrains tool use: ``auto``, ``any`` (some tool), ``none`` or ``tool`` (``name``)."""
+    """How the request constrains tool use: ``auto``, ``any`` (some tool), ``none``, ``tool`` (the tool
+    ``name``, of ``namespace`` when given) or ``web_search`` (the provider's search).
 
-    mode: Literal["auto", "any", "none", "tool"] = "auto"
+    ``allowed`` restricts the tools the model may call to these names (OpenAI's ``allowed_tools``);
+    ``None`` allows every tool offered.
+    """
+
+    mode: Literal["auto", "any", "none", "tool", "web_search"] = "auto"
     name: str | None = None
+    allowed: tuple[str, ...] | None = None
+    namespace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +223,15 @@ class Prompt:
     """The sources the answer may cite."""
     web_search: bool = False
     """The request offers the provider's web-search tool."""
+    compacted_turns: int = 0
+    """Answers that came before a compaction the request replays (the compacted context stands in
+    for them: ``turns`` holds only what came after it)."""
+
+    @property
+    def answer_index(self) -> int:
+        """Which answer of the conversation this is, from 0: the assistant turns before it (those a
+        compaction summarized included)."""
+        return self.compacted_turns + sum(turn.role == "assistant" for turn in self.turns)
 
 
 class Generation(Protocol):

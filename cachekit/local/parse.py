@@ -16,7 +16,7 @@ Nothing here keeps or logs prompt text.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -24,14 +24,16 @@ import orjson
 from cachekit._types import Dialect, Section, Ttl
 from cachekit.errors import RequestRefusedError
 from cachekit.local.accounting import Segment
+from cachekit.local.compaction import open_item
 from cachekit.local.engine import Document, Prompt, Tokenizer, ToolCall, ToolChoice, ToolSpec, Turn
 from cachekit.providers.cache_rules import MARKER_FIELDS
 from cachekit.providers.registry import Family, family_of
+from cachekit.providers.request_fields import EndpointFields, endpoint_fields
 from cachekit.shape.blocks import block_text as _block_text
 from cachekit.shape.blocks import cache_context, nested_markers, without_markers
 from cachekit.shape.blocks import text_of as _text_of
 
-__all__ = ["Parsed", "RequestRefusedError", "parse"]
+__all__ = ["Compaction", "Parsed", "RequestRefusedError", "check_fields", "parse", "tool_specs"]
 
 _VOLATILE = ("stream", "stream_options")
 # Message content blocks without a cache_control field (the anthropic SDK's block params, stable and
@@ -51,6 +53,29 @@ class Parsed:
     """A top-level ``cache_control`` (Anthropic's automatic caching)."""
     context: bytes
     """Canonical bytes of the settings that invalidate the cached messages (tool choice, thinking)."""
+    compaction: Compaction | None = None
+    """What the request asks of context compaction, when it asks anything."""
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A request's context-compaction settings.
+
+    ``now``: compact whatever the prompt's length (a Responses ``compaction_trigger`` item, the
+    Messages ``compaction`` parameter); ``threshold``: compact once the prompt reaches that many
+    tokens (Responses ``context_management``, Messages ``compact_20260112``); ``pause``: answer with the
+    compaction alone (Messages ``pause_after_compaction``, and always with ``now``); ``edits``: the
+    request sends Messages ``context_management`` (its answer reports the edits applied).
+    """
+
+    now: bool = False
+    threshold: int | None = None
+    pause: bool = False
+    edits: bool = False
+
+    def triggered(self, prompt_tokens: int) -> bool:
+        """Whether a prompt of ``prompt_tokens`` tokens is compacted."""
+        return self.now or (self.threshold is not None and prompt_tokens >= self.threshold)
 
 
 def _canonical(value: Any) -> bytes:
@@ -74,14 +99,44 @@ _BOUNDARY_TAG = 1 << 47
 class _Builder:
     """Collects positions and turns while a request is walked."""
 
-    def __init__(self, tokenizer: Tokenizer, *, nested: bool) -> None:
+    def __init__(self, tokenizer: Tokenizer, *, nested: bool, salt: bytes = b"") -> None:
         self.tokenizer = tokenizer
         # Markers nested in blocks: the Messages API's (an OpenAI tool's parameters are a schema that
         # may name a property cache_control; Chat content parts hold no blocks).
         self.nested = nested
+        self.salt = salt
         self.segments: list[Segment] = []
         self.tokens: list[int] = []
         self.turns: list[Turn] = []
+        self.compacted = 0
+        # The item types the endpoint takes (None: any) and the request's anthropic-beta values.
+        self.items: EndpointFields | None = None
+        self.betas: frozenset[str] = frozenset()
+        # Responses items of one answer (reasoning, message, calls) arrive one by one: one turn.
+        self._open_answer = False
+
+    def turn(self, turn: Turn, *, answer_item: bool = False) -> None:
+        """Add a turn; consecutive items of one Responses answer (``answer_item``) make one turn."""
+        last = self.turns[-1] if self.turns else None
+        if answer_item and self._open_answer and last is not None and last.role == "assistant":
+            text = "\n".join(part for part in (last.text, turn.text) if part)
+            self.turns[-1] = Turn("assistant", text, last.tool_calls + turn.tool_calls)
+        else:
+            self.turns.append(turn)
+        self._open_answer = answer_item
+
+    def compact(self, content: object, *, drop_billed: bool) -> None:
+        """A compaction item or block: it stands for the conversation before it, so the engine sees
+        only what follows it (the system prompt stays). ``drop_billed``: the provider drops what came
+        before it from the prompt too (the Messages API), so it is not billed either."""
+        earlier = [turn for turn in self.turns if turn.role != "system"]
+        opened = open_item(self.salt, content)
+        answers = sum(turn.role == "assistant" for turn in earlier)
+        self.compacted = self.compacted + answers if opened is None else opened
+        self.turns = [turn for turn in self.turns if turn.role == "system"]
+        self._open_answer = False
+        if drop_billed:
+            self.segments = [segment for segment in self.segments if segment.section != "messages"]
 
     def position(
         self,
@@ -198,18 +253,55 @@ def _stops(value: Any, name: str) -> tuple[str, ...]:
 # Anthropic Messages
 
 
-def _anthropic_choice(value: Any) -> ToolChoice:
+# The client tools Anthropic defines: the model calls them with tool_use blocks whose input has this
+# shape (the tool pages: bash, text editor, memory), and the caller's code runs them.
+_ANTHROPIC_CLIENT_TOOLS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("bash_", {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}),
+    (
+        "text_editor_",
+        {
+            "type": "object",
+            "properties": {"command": {"enum": ["view"]}, "path": {"type": "string", "const": "/repo"}},
+            "required": ["command", "path"],
+        },
+    ),
+    (
+        "memory_",
+        {
+            "type": "object",
+            "properties": {"command": {"enum": ["view"]}, "path": {"const": "/memories"}},
+            "required": ["command", "path"],
+        },
+    ),
+)
+# Server tools that search the web (the scripted engine's web search answers them).
+_WEB_SEARCH = ("web_search",)
+
+
+def _anthropic_choice(value: Any, payload: dict[str, Any]) -> ToolChoice:
     if not isinstance(value, dict):
         return ToolChoice()
     kind = value.get("type")
     if kind == "tool":
-        return ToolChoice("tool", str(value.get("name")))
+        name = value.get("name")
+        offered = payload.get("tools")
+        tools: list[Any] = offered if isinstance(offered, list) else []
+        named = next((t for t in tools if isinstance(t, dict) and t.get("name") == name), None)
+        if named is None:
+            raise RequestRefusedError(
+                f"tool_choice.tool.name: Tool '{name}' not found in tools", param="tool_choice"
+            )
+        if str(named.get("type") or "").startswith(_WEB_SEARCH):
+            return ToolChoice("web_search")
+        return ToolChoice("tool", str(name))
     if kind in ("any", "none"):
         return ToolChoice(kind)
     return ToolChoice()
 
 
 def _anthropic_tools(payload: dict[str, Any], b: _Builder) -> list[ToolSpec]:
+    """The tools the model may call: the caller's own (``custom``, with ``input_schema``) and the
+    client tools Anthropic defines (bash, text editor, memory); server tools run at the provider."""
     tools = payload.get("tools") or []
     if not isinstance(tools, list):
         raise RequestRefusedError("tools: Input should be a valid list", param="tools")
@@ -223,9 +315,15 @@ def _anthropic_tools(payload: dict[str, Any], b: _Builder) -> list[ToolSpec]:
             _canonical({k: v for k, v in tool.items() if k != "cache_control"}).decode(),
             f"tools.{i}",
         )
-        if "input_schema" in tool:
-            schema = tool["input_schema"] if isinstance(tool["input_schema"], dict) else {}
+        kind = tool.get("type")
+        if kind in (None, "custom"):
+            raw = tool.get("input_schema")
+            schema = raw if isinstance(raw, dict) else {}
             specs.append(ToolSpec(tool["name"], str(tool.get("description") or ""), schema))
+            continue
+        for prefix, shape in _ANTHROPIC_CLIENT_TOOLS:
+            if isinstance(kind, str) and kind.startswith(prefix):
+                specs.append(ToolSpec(tool["name"], "", shape))
     return specs
 
 
@@ -289,12 +387,24 @@ def _anthropic_turns(messages: list[Any], b: _Builder) -> None:
                 "assistant message",
                 param="messages",
             )
-        texts, calls = [], []
+        texts: list[str] = []
+        calls: list[ToolCall] = []
         for c, block in enumerate(content):
             where = f"messages.{m}.content.{c}"
             if not isinstance(block, dict) or not isinstance(block.get("type"), str):
                 raise RequestRefusedError(f"{where}.type: Field required", param="messages")
             kind = block["type"]
+            if b.items is not None and not b.items.knows_item(kind, b.betas):
+                tags = ", ".join(f"'{tag}'" for tag in b.items.items_taken(b.betas))
+                raise RequestRefusedError(
+                    f"{where}: Input tag '{kind}' found using 'type' does not match any of the expected "
+                    f"tags: {tags}",
+                    param="messages",
+                )
+            if kind == "compaction":
+                # The API drops every block before the compaction block: it summarizes them.
+                b.compact(block.get("encrypted_content"), drop_billed=True)
+                texts, calls = [], []
             if kind == "text" and not isinstance(block.get("text"), str):
                 raise RequestRefusedError(f"{where}.text: Input should be a valid string", param="messages")
             if kind == "text" and not block.get("text"):
@@ -407,9 +517,72 @@ def _parallel(dialect: Dialect, payload: dict[str, Any]) -> bool:
     return payload.get("parallel_tool_calls") is not False
 
 
+# The context-management edits of the Messages API and the beta each needs (anthropic SDK's
+# BetaContextManagementConfigParam; the compaction and context-editing pages).
+_EDIT_BETAS = {
+    "clear_tool_uses_20250919": "context-management-2025-06-27",
+    "clear_thinking_20251015": "context-management-2025-06-27",
+    "compact_20260112": "compact-2026-01-12",
+}
+# "Default trigger is 150,000 tokens, minimum 50,000" (the compaction page, compact_20260112).
+_COMPACT_TRIGGER = 150_000
+_COMPACT_MINIMUM = 50_000
+
+
+def _anthropic_compaction(payload: dict[str, Any], betas: frozenset[str]) -> Compaction | None:
+    """What ``context_management`` and ``compaction`` ask of compaction (the beta header each needs is
+    checked with the request's fields: :meth:`cachekit.providers.request_fields.EndpointFields`)."""
+    config = payload.get("context_management")
+    on_demand = payload.get("compaction")
+    if config is not None and on_demand is not None:
+        raise RequestRefusedError(
+            "compaction: cannot be combined with context_management", param="compaction"
+        )
+    if on_demand is not None:
+        if not isinstance(on_demand, dict) or on_demand.get("type") != "summarize":
+            raise RequestRefusedError("compaction.type: Input should be 'summarize'", param="compaction")
+        return Compaction(now=True, pause=True)
+    if config is None:
+        return None
+    edits = config.get("edits") if isinstance(config, dict) else None
+    if not isinstance(edits, list):
+        raise RequestRefusedError(
+            "context_management.edits: Input should be a valid list", param="context_management"
+        )
+    threshold, pause = None, False
+    for n, edit in enumerate(edits):
+        kind = edit.get("type") if isinstance(edit, dict) else None
+        if kind not in _EDIT_BETAS:
+            tags = ", ".join(f"'{tag}'" for tag in _EDIT_BETAS)
+            raise RequestRefusedError(
+                f"context_management.edits.{n}: Input tag '{kind}' found using 'type' does not match any "
+                f"of the expected tags: {tags}",
+                param="context_management",
+            )
+        assert isinstance(edit, dict)
+        if _EDIT_BETAS[kind] not in betas:
+            raise RequestRefusedError(
+                f"context_management.edits.{n}: '{kind}' requires the anthropic-beta header "
+                f"'{_EDIT_BETAS[kind]}'",
+                param="context_management",
+            )
+        if kind != "compact_20260112":
+            continue  # context editing: accepted, not applied (docs/local.md)
+        trigger = edit.get("trigger")
+        value = trigger.get("value") if isinstance(trigger, dict) else _COMPACT_TRIGGER
+        if not isinstance(value, int) or isinstance(value, bool) or value < _COMPACT_MINIMUM:
+            raise RequestRefusedError(
+                f"context_management.edits.{n}.trigger.value: Input should be greater than or equal to "
+                f"{_COMPACT_MINIMUM}",
+                param="context_management",
+            )
+        threshold, pause = value, edit.get("pause_after_compaction") is True
+    return Compaction(threshold=threshold, pause=pause, edits=True)
+
+
 def _parse_messages(
     payload: dict[str, Any], b: _Builder
-) -> tuple[ToolChoice, list[ToolSpec], Ttl | None, bytes, dict[str, Any] | None]:
+) -> tuple[ToolChoice, list[ToolSpec], Ttl | None, bytes, dict[str, Any] | None, Compaction | None]:
     messages = payload.get("messages")
     if messages is None:
         raise RequestRefusedError("messages: Field required", param="messages")
@@ -429,33 +602,78 @@ def _parse_messages(
     schema = None
     if isinstance(spec, dict) and spec.get("type") == "json_schema":
         schema = spec.get("schema") if isinstance(spec.get("schema"), dict) else {}
-    return _anthropic_choice(payload.get("tool_choice")), specs, automatic, context, schema
+    choice = _anthropic_choice(payload.get("tool_choice"), payload)
+    return choice, specs, automatic, context, schema, _anthropic_compaction(payload, b.betas)
 
 
 # ---------------------------------------------------------------------------------------------
 # OpenAI Chat Completions and Responses
 
 
-def _openai_choice(value: Any, dialect: Dialect) -> ToolChoice:
-    if value in ("none", "required"):
-        return ToolChoice("none" if value == "none" else "any")
-    if isinstance(value, dict) and value.get("type") == "function":
-        holder = value.get("function") if dialect == "openai_chat" else value
-        if not isinstance(holder, dict) or not isinstance(holder.get("name"), str):
-            raise RequestRefusedError(
-                "Invalid value for 'tool_choice': a function tool choice needs a function name.",
-                param="tool_choice",
-                code="invalid_value",
-            )
-        return ToolChoice("tool", holder["name"])
-    if isinstance(value, str) and value != "auto":
+# Responses tool choices of hosted tools the local backend does not run (ToolChoiceTypes, mcp, shell,
+# apply_patch): forcing one is refused rather than silently answered another way.
+_WEB_SEARCH_CHOICES = frozenset({"web_search", "web_search_preview", "web_search_preview_2025_03_11"})
+
+
+def _choice_name(value: dict[str, Any], key: str, dialect: Dialect) -> str:
+    """The tool name of a named tool choice (Chat nests it under the type's key)."""
+    holder = value.get(key) if dialect == "openai_chat" else value
+    if not isinstance(holder, dict) or not isinstance(holder.get("name"), str):
         raise RequestRefusedError(
-            f"Invalid value for 'tool_choice': {value!r}. "
-            "Supported values are: 'none', 'auto' and 'required'.",
+            f"Invalid value for 'tool_choice': a {key} tool choice needs a {key} name.",
             param="tool_choice",
             code="invalid_value",
         )
-    return ToolChoice()
+    return str(holder["name"])
+
+
+def _openai_choice(value: Any, dialect: Dialect) -> ToolChoice:
+    if value in ("none", "required"):
+        return ToolChoice("none" if value == "none" else "any")
+    if isinstance(value, str):
+        if value != "auto":
+            raise RequestRefusedError(
+                f"Invalid value for 'tool_choice': {value!r}. "
+                "Supported values are: 'none', 'auto' and 'required'.",
+                param="tool_choice",
+                code="invalid_value",
+            )
+        return ToolChoice()
+    if not isinstance(value, dict):
+        return ToolChoice()
+    kind = value.get("type")
+    if kind in ("function", "custom"):
+        return ToolChoice("tool", _choice_name(value, kind, dialect))
+    if kind == "allowed_tools":
+        holder = value.get("allowed_tools") if dialect == "openai_chat" else value
+        mode = holder.get("mode") if isinstance(holder, dict) else None
+        listed = holder.get("tools") if isinstance(holder, dict) else None
+        if mode not in ("auto", "required") or not isinstance(listed, list):
+            raise RequestRefusedError(
+                "Invalid value for 'tool_choice.mode': expected 'auto' or 'required' with a list of tools.",
+                param="tool_choice",
+                code="invalid_value",
+            )
+        names = []
+        for tool in listed:
+            inner = (
+                tool.get(tool.get("type")) if isinstance(tool, dict) and dialect == "openai_chat" else tool
+            )
+            if isinstance(inner, dict) and isinstance(inner.get("name"), str):
+                names.append(str(inner["name"]))
+        return ToolChoice("any" if mode == "required" else "auto", allowed=tuple(names))
+    if dialect == "openai_responses" and kind in _WEB_SEARCH_CHOICES:
+        return ToolChoice("web_search")
+    if dialect == "openai_responses" and isinstance(kind, str):
+        raise RequestRefusedError(
+            f"tool_choice: the local backend does not run the hosted tool '{kind}', so it cannot be "
+            "forced (offer it and let the model choose, or force a function or custom tool).",
+            param="tool_choice",
+            code="unsupported_value",
+        )
+    raise RequestRefusedError(
+        f"Invalid value for 'tool_choice.type': {kind!r}.", param="tool_choice.type", code="invalid_value"
+    )
 
 
 def _openai_schema(spec: Any, dialect: Dialect) -> dict[str, Any] | None:
@@ -490,7 +708,6 @@ def _openai_tools(payload: dict[str, Any], b: _Builder, dialect: Dialect) -> lis
         raise RequestRefusedError(
             "Invalid type for 'tools': expected an array.", param="tools", code="invalid_type"
         )
-    specs = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise RequestRefusedError(
@@ -502,19 +719,44 @@ def _openai_tools(payload: dict[str, Any], b: _Builder, dialect: Dialect) -> lis
             _canonical({k: v for k, v in tool.items() if k != "cache_control"}).decode(),
             f"tools.{i}",
         )
-        function = tool.get("function") if dialect == "openai_chat" else tool
-        if (
-            tool.get("type") == "function"
-            and isinstance(function, dict)
-            and isinstance(function.get("name"), str)
-        ):
-            raw = function.get("parameters")
-            parameters: dict[str, Any] = raw if isinstance(raw, dict) else {}
-            specs.append(ToolSpec(function["name"], str(function.get("description") or ""), parameters))
+    return tool_specs(tools, dialect)
+
+
+def tool_specs(tools: list[Any], dialect: Dialect, *, loaded: bool = False) -> list[ToolSpec]:
+    """The functions and freeform (``custom``) tools among OpenAI tool definitions, a ``namespace``'s
+    flattened with the namespace on each. A tool with ``defer_loading`` is offered only once loaded
+    (``loaded``: declared by a ``tool_search_output`` or ``additional_tools`` input item)."""
+    specs: list[ToolSpec] = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        kind = tool.get("type")
+        if kind == "namespace" and dialect == "openai_responses" and isinstance(tool.get("name"), str):
+            listed = tool.get("tools")
+            inner: list[Any] = listed if isinstance(listed, list) else []
+            specs.extend(
+                replace(spec, namespace=tool["name"]) for spec in tool_specs(inner, dialect, loaded=loaded)
+            )
+            continue
+        if kind not in ("function", "custom"):
+            continue  # hosted tools run at the provider
+        held = tool.get(kind) if dialect == "openai_chat" else tool
+        if not isinstance(held, dict) or not isinstance(held.get("name"), str):
+            continue
+        if held.get("defer_loading") is True and not loaded:
+            continue
+        description = str(held.get("description") or "")
+        if kind == "custom":
+            raw_format = held.get("format")
+            form = raw_format if isinstance(raw_format, dict) else {"type": "text"}
+            specs.append(ToolSpec(held["name"], description, {}, kind="custom", format=form))
+        else:
+            raw = held.get("parameters")
+            specs.append(ToolSpec(held["name"], description, raw if isinstance(raw, dict) else {}))
     return specs
 
 
-def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
+def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool, answer_item: bool = False) -> None:
     if not isinstance(message, dict) or message.get("role") not in (
         "system",
         "developer",
@@ -561,18 +803,14 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
             code="invalid_type",
         )
     for k, call in enumerate(tool_calls or []):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        kind = call.get("type", "function") if isinstance(call, dict) else None
+        held = call.get(kind) if isinstance(call, dict) and kind in ("function", "custom") else None
+        if not isinstance(held, dict) or not isinstance(held.get("name"), str):
             raise RequestRefusedError(
                 f"Invalid type for 'messages[{m}].tool_calls[{k}].function': expected an object.",
                 param=f"messages[{m}].tool_calls[{k}].function",
                 code="invalid_type",
             )
-        raw = function.get("arguments")
-        try:
-            arguments = orjson.loads(raw) if isinstance(raw, str) and raw else {}
-        except orjson.JSONDecodeError:
-            arguments = {}
         b.position(
             section,
             {"role": role, "tool_call": call},
@@ -581,20 +819,28 @@ def _chat_message(message: Any, m: int, b: _Builder, *, leading: bool) -> None:
             role=role,
             block_type="tool_call",
         )
-        calls.append(
-            ToolCall(
-                str(function.get("name")),
-                arguments if isinstance(arguments, dict) else {},
-                str(call.get("id", "")),
+        if kind == "custom":
+            calls.append(
+                ToolCall(held["name"], {}, str(call.get("id", "")), input=str(held.get("input") or ""))
             )
-        )
+        else:
+            calls.append(ToolCall(held["name"], _arguments(held.get("arguments")), str(call.get("id", ""))))
     text = _text_of(content)
     if role in ("system", "developer"):
-        b.turns.append(Turn("system", text))
+        b.turn(Turn("system", text))
     elif role in ("tool", "function"):
-        b.turns.append(Turn("tool", text, tool_call_id=str(message.get("tool_call_id") or "")))
+        b.turn(Turn("tool", text, tool_call_id=str(message.get("tool_call_id") or "")))
     else:
-        b.turns.append(Turn(role, text, tuple(calls)))
+        b.turn(Turn(role, text, tuple(calls)), answer_item=answer_item and role == "assistant")
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    """A call's JSON arguments as sent back (a string that is not a JSON object reads as none)."""
+    try:
+        arguments = orjson.loads(raw) if isinstance(raw, str) and raw else {}
+    except orjson.JSONDecodeError:
+        return {}
+    return arguments if isinstance(arguments, dict) else {}
 
 
 def _parse_chat(
@@ -626,14 +872,125 @@ def _parse_chat(
     )
 
 
+# Responses input items the model wrote (one answer's items make one assistant turn) and the results
+# of its calls that the caller sends back (tool turns); other items are context the engine skips.
+_ANSWER_ITEMS = frozenset(
+    {
+        "reasoning",
+        "web_search_call",
+        "file_search_call",
+        "computer_call",
+        "image_generation_call",
+        "code_interpreter_call",
+        "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "tool_search_call",
+        "program",
+    }
+)
+_RESULT_ITEMS = frozenset(
+    {
+        "function_call_output",
+        "custom_tool_call_output",
+        "computer_call_output",
+        "local_shell_call_output",
+        "shell_call_output",
+        "apply_patch_call_output",
+        "mcp_approval_response",
+        "program_output",
+    }
+)
+
+
+def _supported(values: tuple[str, ...]) -> str:
+    """OpenAI's list of supported values: ``'a', 'b' and 'c'``."""
+    quoted = [f"'{value}'" for value in values]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
+def _output_text(output: Any) -> str:
+    return output if isinstance(output, str) else _canonical(output).decode()
+
+
+def _responses_item(item: dict[str, Any], i: int, b: _Builder, specs: list[ToolSpec], last: bool) -> bool:
+    """One input item; returns whether it asks for a compaction now (``compaction_trigger``)."""
+    kind = item.get("type", "message")
+    where = f"input.{i}"
+    if not isinstance(kind, str) or (b.items is not None and not b.items.knows_item(kind, b.betas)):
+        supported = _supported(tuple(sorted(b.items.item_types if b.items else ("message",))))
+        raise RequestRefusedError(
+            f"Invalid value: '{kind}'. Supported values are: {supported}.",
+            param=f"input[{i}]",
+            code="invalid_value",
+        )
+    if kind == "message":
+        _chat_message({**item, "role": item.get("role")}, i, b, leading=False, answer_item=True)
+        return False
+    if kind == "compaction_trigger":
+        if not last:
+            raise RequestRefusedError(
+                "Invalid 'input': a compaction_trigger item must be the final input item.",
+                param=f"input[{i}]",
+                code="invalid_value",
+            )
+        return True
+    b.position(
+        "messages",
+        item,
+        _output_text(item) if kind in _RESULT_ITEMS else _canonical(item).decode(),
+        where,
+        block_type=kind,
+    )
+    call_id = str(item.get("call_id") or "")
+    namespace = item.get("namespace") if isinstance(item.get("namespace"), str) else None
+    if kind == "function_call":
+        call = ToolCall(str(item.get("name")), _arguments(item.get("arguments")), call_id, namespace)
+        b.turn(Turn("assistant", "", (call,)), answer_item=True)
+    elif kind == "custom_tool_call":
+        call = ToolCall(str(item.get("name")), {}, call_id, namespace, input=str(item.get("input") or ""))
+        b.turn(Turn("assistant", "", (call,)), answer_item=True)
+    elif kind in _ANSWER_ITEMS:
+        b.turn(Turn("assistant", ""), answer_item=True)
+    elif kind in _RESULT_ITEMS:
+        b.turn(Turn("tool", _output_text(item.get("output")), tool_call_id=call_id))
+    elif kind == "compaction":
+        b.compact(item.get("encrypted_content"), drop_billed=False)
+    if kind in ("additional_tools", "tool_search_output") and isinstance(item.get("tools"), list):
+        # Tools declared in the conversation: offered from here on, loaded ones included.
+        specs.extend(tool_specs(item["tools"], "openai_responses", loaded=True))
+    return False
+
+
+def _responses_compaction(payload: dict[str, Any]) -> int | None:
+    """The ``compact_threshold`` of a ``context_management`` compaction entry (``None``: none)."""
+    entries = payload.get("context_management")
+    if entries is None:
+        return None
+    if not isinstance(entries, list):
+        raise _openai_invalid("context_management", "an array", entries)
+    threshold = None
+    for n, entry in enumerate(entries):
+        kind = entry.get("type") if isinstance(entry, dict) else None
+        if kind != "compaction":
+            raise RequestRefusedError(
+                f"Invalid value: '{kind}'. Supported values are: 'compaction'.",
+                param=f"context_management[{n}].type",
+                code="invalid_value",
+            )
+        value = entry.get("compact_threshold")
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise _openai_invalid(f"context_management[{n}].compact_threshold", "a positive integer", value)
+        threshold = value if value is not None else threshold
+    return threshold
+
+
 def _parse_responses(
     payload: dict[str, Any], b: _Builder
-) -> tuple[ToolChoice, list[ToolSpec], dict[str, Any] | None]:
-    if payload.get("previous_response_id") is not None:
-        rid = payload["previous_response_id"]
-        raise RequestRefusedError(
-            f"Previous response with id '{rid}' not found.", status=404, param="previous_response_id"
-        )
+) -> tuple[ToolChoice, list[ToolSpec], dict[str, Any] | None, Compaction | None]:
     if "input" not in payload:
         raise RequestRefusedError(
             "Missing required parameter: 'input'.", param="input", code="missing_required_parameter"
@@ -642,7 +999,7 @@ def _parse_responses(
     instructions = payload.get("instructions")
     if isinstance(instructions, str) and instructions:
         b.position("system", {"instructions": instructions}, instructions, "instructions", role="system")
-        b.turns.append(Turn("system", instructions))
+        b.turn(Turn("system", instructions))
     elif isinstance(instructions, list):  # a prompt template's instructions: input items
         for i, item in enumerate(instructions):
             if not isinstance(item, dict):
@@ -655,40 +1012,22 @@ def _parse_responses(
         raise RequestRefusedError(
             "Invalid 'input': expected a string or a non-empty array.", param="input", code="invalid_value"
         )
+    now = False
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise RequestRefusedError(
                 f"Invalid type for 'input[{i}]': expected an object.", param=f"input[{i}]"
             )
-        kind = item.get("type", "message")
-        where = f"input.{i}"
-        if kind == "message":
-            _chat_message({**item, "role": item.get("role")}, i, b, leading=False)
-        elif kind == "function_call":
-            b.position("messages", item, _canonical(item).decode(), where, block_type=kind)
-            try:
-                arguments = orjson.loads(item.get("arguments") or "{}")
-            except orjson.JSONDecodeError:
-                arguments = {}
-            call = ToolCall(
-                str(item.get("name")),
-                arguments if isinstance(arguments, dict) else {},
-                str(item.get("call_id", "")),
-            )
-            b.turns.append(Turn("assistant", "", (call,)))
-        elif kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else _canonical(output).decode()
-            b.position("messages", item, text, where, block_type=kind)
-            b.turns.append(Turn("tool", text, tool_call_id=str(item.get("call_id") or "")))
-        else:
-            b.position("messages", item, _canonical(item).decode(), where)
+        now = _responses_item(item, i, b, specs, i == len(items) - 1) or now
+    threshold = _responses_compaction(payload)
+    compaction = Compaction(now=now, threshold=threshold, pause=now) if now or threshold is not None else None
     text_config = payload.get("text")
     spec = text_config.get("format") if isinstance(text_config, dict) else None
     return (
         _openai_choice(payload.get("tool_choice"), "openai_responses"),
         specs,
         _openai_schema(spec, "openai_responses"),
+        compaction,
     )
 
 
@@ -789,8 +1128,32 @@ def _check_common(dialect: Dialect, payload: dict[str, Any]) -> None:
         )
 
 
-def parse(dialect: Dialect, payload: dict[str, Any], tokenizer: Tokenizer, *, salt: bytes = b"") -> Parsed:
-    """Validate ``payload`` as ``dialect`` does and parse it; raises :class:`RequestRefusedError`."""
+def check_fields(endpoint: str, payload: dict[str, Any], betas: frozenset[str] = frozenset()) -> None:
+    """Refuse a top-level field the endpoint does not take, as the provider does
+    (:mod:`cachekit.providers.request_fields`; ``endpoint``: a dialect or ``openai_responses_compact``)."""
+    unknown = endpoint_fields(endpoint).unknown_field(payload, betas)
+    if unknown is None:
+        return
+    if endpoint.startswith("anthropic"):
+        raise RequestRefusedError(f"{unknown}: Extra inputs are not permitted", param=unknown)
+    raise RequestRefusedError(f"Unknown parameter: '{unknown}'.", param=unknown, code="unknown_parameter")
+
+
+def parse(
+    dialect: Dialect,
+    payload: dict[str, Any],
+    tokenizer: Tokenizer,
+    *,
+    salt: bytes = b"",
+    betas: frozenset[str] = frozenset(),
+    strict: bool = False,
+) -> Parsed:
+    """Validate ``payload`` as ``dialect`` does and parse it; raises :class:`RequestRefusedError`.
+
+    ``strict``: also refuse top-level fields and item types the API does not take, with the
+    ``anthropic-beta`` values ``betas`` (beta-only fields and blocks need one); the local backend
+    asks for it (``LocalBackend(strict_fields=True)``, its default).
+    """
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         if family_of(dialect) == "anthropic":
@@ -798,10 +1161,15 @@ def parse(dialect: Dialect, payload: dict[str, Any], tokenizer: Tokenizer, *, sa
         raise RequestRefusedError(
             "Missing required parameter: 'model'.", param="model", code="missing_required_parameter"
         )
+    if strict:
+        check_fields(dialect, payload, betas)
     _check_common(dialect, payload)
-    b = _Builder(tokenizer, nested=family_of(dialect) == "anthropic")
+    b = _Builder(tokenizer, nested=family_of(dialect) == "anthropic", salt=salt)
+    b.items = endpoint_fields(dialect) if strict else None
+    b.betas = betas
     automatic: Ttl | None = None
     context = b""
+    compaction: Compaction | None = None
     stop: tuple[str, ...]
     specs: list[ToolSpec]
     if family_of(dialect) == "anthropic":
@@ -809,7 +1177,7 @@ def parse(dialect: Dialect, payload: dict[str, Any], tokenizer: Tokenizer, *, sa
         max_tokens = _int_field(payload, "max_tokens", required=dialect == "anthropic_messages", minimum=0)
         if max_tokens == 0 and payload.get("stream") is True:
             raise RequestRefusedError("max_tokens: 0 is not supported with streaming", param="max_tokens")
-        choice, specs, automatic, context, schema = _parse_messages(payload, b)
+        choice, specs, automatic, context, schema, compaction = _parse_messages(payload, b)
         stop = _stops(payload.get("stop_sequences"), "stop_sequences")
     elif dialect == "openai_chat":
         max_tokens = _int_field(payload, "max_completion_tokens", required=False, minimum=1, family="openai")
@@ -820,7 +1188,7 @@ def parse(dialect: Dialect, payload: dict[str, Any], tokenizer: Tokenizer, *, sa
         context = cache_context(payload)
     else:
         max_tokens = _int_field(payload, "max_output_tokens", required=False, minimum=16, family="openai")
-        choice, specs, schema = _parse_responses(payload, b)
+        choice, specs, schema, compaction = _parse_responses(payload, b)
         stop = ()
         context = cache_context(payload)
     anthropic = family_of(dialect) == "anthropic"
@@ -839,6 +1207,8 @@ def parse(dialect: Dialect, payload: dict[str, Any], tokenizer: Tokenizer, *, sa
         parallel_tool_calls=_parallel(dialect, payload),
         documents=_anthropic_documents(messages) if anthropic and isinstance(messages, list) else (),
         web_search=_tools_include(payload, "web_search")
+        or choice.mode == "web_search"
         or (dialect == "openai_chat" and payload.get("web_search_options") is not None),
+        compacted_turns=b.compacted,
     )
-    return Parsed(prompt, tuple(b.segments), tuple(b.tokens), automatic, context)
+    return Parsed(prompt, tuple(b.segments), tuple(b.tokens), automatic, context, compaction)

@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeGuard
 
 import orjson
@@ -170,21 +171,17 @@ class ScriptedEngine:
         scripted = self.script(prompt) if self.script is not None else None
         if scripted is not None:
             return self._finish(tuple(scripted), prompt)
-        final = prompt.turns[-1] if prompt.turns else None
-        final_user = final.text if final is not None and final.role == "user" else ""
-        users = [turn for turn in prompt.turns if turn.role == "user"]
-        last_user = " ".join(users[-1].text.split()) if users else ""
-        snippet = last_user if len(last_user) <= 80 else last_user[:77] + "..."
+        final_user, snippet = _last_user(prompt)
         blocks: list[Block] = []
         if prompt.reasoning:
-            blocks.append(self._reasoning(prompt, final_user, snippet))
+            blocks.append(reasoning_of(prompt))
         if REFUSAL_TRIGGER in final_user:
             blocks.append(Refusal("I'm sorry, but I can't help with that request."))
         elif (calls := _tool_calls(prompt, final_user)) is not None:
             preamble, chosen = calls
             if preamble:
                 blocks.append(Text(f"I'll call {' and '.join(tool.name for tool in chosen)}."))
-            blocks.extend(_call(tool) for tool in chosen)
+            blocks.extend(call_of(tool) for tool in chosen)
         elif prompt.output_schema is not None:
             schema = dict(prompt.output_schema)
             document = (
@@ -195,7 +192,7 @@ class ScriptedEngine:
             blocks.append(Text(orjson.dumps(document).decode()))
         elif prompt.documents:
             blocks.extend(_cited(prompt.documents))
-        elif prompt.web_search:
+        elif prompt.web_search and prompt.tool_choice.mode != "none":  # no tool at all, server ones too
             blocks.extend(_searched(prompt, snippet))
         else:
             reply = f"{self.reply_prefix} {prompt.digest} to: {snippet or '(no text)'}"
@@ -206,12 +203,6 @@ class ScriptedEngine:
         """Nothing to release."""
 
     # -- internals ------------------------------------------------------------------------------
-
-    def _reasoning(self, prompt: Prompt, final_user: str, snippet: str) -> Block:
-        if REDACTED_THINKING_TRIGGER in final_user:
-            return RedactedThinking(_opaque(prompt, "redacted"))
-        thinking = f"Considering request {prompt.digest}: {snippet or '(no text)'}"
-        return Thinking(thinking, _opaque(prompt, thinking))
 
     def _tokens(self, block: Block) -> int:
         if isinstance(block, ToolCall):
@@ -273,6 +264,26 @@ class ScriptedEngine:
         return _Scripted(tuple(kept), finish, output, reasoning, stop_sequence)
 
 
+def _last_user(prompt: Prompt) -> tuple[str, str]:
+    """The final turn's text when a user wrote it (else empty), and a short snippet of the last user
+    message (whatever came after it)."""
+    final = prompt.turns[-1] if prompt.turns else None
+    final_user = final.text if final is not None and final.role == "user" else ""
+    users = [turn for turn in prompt.turns if turn.role == "user"]
+    last_user = " ".join(users[-1].text.split()) if users else ""
+    return final_user, last_user if len(last_user) <= 80 else last_user[:77] + "..."
+
+
+def reasoning_of(prompt: Prompt) -> Thinking | RedactedThinking:
+    """The thinking an answer to ``prompt`` starts with when the request turns reasoning on: with
+    its signature, or redacted when the final user message holds :data:`REDACTED_THINKING_TRIGGER`."""
+    final_user, snippet = _last_user(prompt)
+    if REDACTED_THINKING_TRIGGER in final_user:
+        return RedactedThinking(_opaque(prompt, "redacted"))
+    thinking = f"Considering request {prompt.digest}: {snippet or '(no text)'}"
+    return Thinking(thinking, _opaque(prompt, thinking))
+
+
 def _text_of(block: Block) -> str:
     """The text a block's tokens are counted on."""
     if isinstance(block, Text):
@@ -302,23 +313,47 @@ def _tool_calls(prompt: Prompt, final_user: str) -> tuple[bool, list[ToolSpec]] 
     """Whether the answer calls tools: (text says so first, the tools to call), else ``None``.
 
     Text comes first only when the model chose to call tools (``auto``): a forced tool choice makes
-    the call the answer's start, as the API prefills it."""
+    the call the answer's start, as the API prefills it. ``allowed_tools`` narrows what may be called."""
     choice = prompt.tool_choice
-    if not prompt.tools or choice.mode == "none":
+    offered = [t for t in prompt.tools if choice.allowed is None or t.name in choice.allowed]
+    if not offered or choice.mode in ("none", "web_search"):
         return None
-    named = [tool for tool in prompt.tools if _named(tool, final_user)]
     if choice.mode == "tool":
-        return False, [next((t for t in prompt.tools if t.name == choice.name), prompt.tools[0])]
+        forced = [t for t in offered if t.name == choice.name]
+        if choice.namespace is not None:
+            forced = [t for t in forced if t.namespace == choice.namespace] or forced
+        return (False, forced[:1]) if forced else None
+    named = [tool for tool in offered if _named(tool, final_user)]
     if named:
         return choice.mode == "auto", named if prompt.parallel_tool_calls else named[:1]
     if choice.mode == "any" or "weather" in final_user.lower():
-        return False, [prompt.tools[0]]
+        return False, [offered[0]]
     return None
 
 
-def _call(tool: ToolSpec) -> ToolCall:
-    arguments = example(dict(tool.parameters), tool.name, dict(tool.parameters))
-    return ToolCall(tool.name, arguments if isinstance(arguments, dict) else {})
+def call_of(tool: ToolSpec, optional: bool | Collection[str] = False) -> ToolCall:
+    """A call of ``tool`` a real tool accepts: for a function, arguments that satisfy its JSON schema
+    (required properties; ``optional`` ones too when asked: ``True`` or their names); for a freeform
+    tool, an input its format accepts (:func:`custom_input`)."""
+    if tool.kind == "custom":
+        return ToolCall(tool.name, {}, namespace=tool.namespace, input=custom_input(tool))
+    parameters = dict(tool.parameters)
+    arguments = example(parameters, tool.name, parameters, optional=optional)
+    return ToolCall(tool.name, arguments if isinstance(arguments, dict) else {}, namespace=tool.namespace)
+
+
+def custom_input(tool: ToolSpec) -> str:
+    """The input of a freeform tool's call: plain text, or for a ``regex`` grammar the first of a few
+    plain strings it accepts (a ``lark`` grammar is not read: a script gives such a tool its input)."""
+    text = f"example input for {tool.name}"
+    form: Mapping[str, Any] = tool.format or {}
+    nested = form.get("grammar")
+    grammar: Mapping[str, Any] = nested if isinstance(nested, dict) else form
+    if form.get("type") == "grammar" and grammar.get("syntax") == "regex":
+        definition = grammar.get("definition")
+        if isinstance(definition, str):
+            return _matching(definition, [text, tool.name], full=True) or text
+    return text
 
 
 def _passage(document: Document) -> tuple[str, int, int]:
@@ -383,72 +418,221 @@ _MAX_ITEMS = 8  # an array gets minItems items, at most this many
 _MAX_NODES = 2_000  # values in one generated document: a schema cannot make the answer explode
 
 
-def example(schema: Any, name: str, root: Any) -> Any:
-    """A deterministic value that satisfies the common JSON-schema keywords of ``schema``.
+def example(schema: Any, name: str, root: Any, *, optional: bool | Collection[str] = True) -> Any:
+    """A deterministic value that satisfies ``schema``: its type (integers as integers), ``const``,
+    ``enum``, ``format``, numeric bounds and ``multipleOf``, string lengths and ``pattern`` (a few
+    plain candidates are tried), array lengths, required properties, ``$ref``, ``allOf`` (merged),
+    ``anyOf`` / ``oneOf`` (the first that is not null).
 
+    ``optional`` says which optional properties of the top-level object are filled too: all
+    (``True``, what a structured-output document gets), none (``False``: a tool call's arguments,
+    as a model leaves out what it has no value for), or those named. Nested objects get their
+    required properties (all of them when ``optional`` is ``True``), and at least ``minProperties``.
     Malformed keywords are ignored rather than trusted, and the document is bounded in size and depth.
     """
-    budget = [_MAX_NODES]
-    return _example(schema, name, root, 0, budget)
+    return _Example(root).value(schema, name, 0, optional)
 
 
 def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _example(schema: Any, name: str, root: Any, depth: int, budget: list[int]) -> Any:
-    budget[0] -= 1
-    if not isinstance(schema, dict) or depth > 12 or budget[0] < 0:
-        return f"example {name}"
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/"):
-        target: Any = root
-        for part in ref[2:].split("/"):
-            target = target.get(part) if isinstance(target, dict) else None
-        return _example(target, name, root, depth + 1, budget)
-    if "const" in schema:
-        return schema["const"]
-    if "default" in schema:
-        return schema["default"]
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return schema["enum"][0]
-    for key in ("anyOf", "oneOf", "allOf"):
-        options = schema.get(key)
-        if isinstance(options, list) and options:
-            usable = [o for o in options if not (isinstance(o, dict) and o.get("type") == "null")]
-            return _example((usable or options)[0], name, root, depth + 1, budget)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    properties = schema.get("properties")
-    if kind == "object" or (kind is None and isinstance(properties, dict)):
-        fields = properties if isinstance(properties, dict) else {}
-        return {str(key): _example(value, str(key), root, depth + 1, budget) for key, value in fields.items()}
-    if kind == "array":
-        wanted = schema.get("minItems")
-        count = min(
-            max(1, wanted if isinstance(wanted, int) and not isinstance(wanted, bool) else 1), _MAX_ITEMS
-        )
-        return [_example(schema.get("items", {}), name, root, depth + 1, budget) for _ in range(count)]
-    if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum"))
-        value = 1 if not _number(low) else low + (0 if "minimum" in schema else 1)
-        high = schema.get("maximum")
-        if _number(high) and value > high:
-            value = high
-        return int(value) if kind == "integer" else float(value)
-    if kind == "boolean":
-        return True
-    if kind == "null":
-        return None
-    return _STRING_FORMATS.get(schema.get("format"), f"example {name}")
+def _integer(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class _Example:
+    """One generated document: the schema's root (``$ref`` targets) and a budget of values."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.budget = _MAX_NODES
+
+    def merged(self, schema: dict[str, Any], depth: int) -> dict[str, Any]:
+        """``schema`` with its ``$ref`` resolved and its ``allOf`` parts merged into it."""
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#") and depth < 12:
+            target: Any = self.root
+            for part in [p for p in ref[1:].split("/") if p]:
+                key = part.replace("~1", "/").replace("~0", "~")
+                target = target.get(key) if isinstance(target, dict) else None
+            if isinstance(target, dict):
+                rest = {key: value for key, value in schema.items() if key != "$ref"}
+                schema = {**self.merged(target, depth + 1), **rest}
+        parts = schema.get("allOf")
+        if not isinstance(parts, list) or depth >= 12:
+            return schema
+        merged = {key: value for key, value in schema.items() if key != "allOf"}
+        for raw in parts:
+            if not isinstance(raw, dict):
+                continue
+            for key, value in self.merged(raw, depth + 1).items():
+                if key == "properties" and isinstance(value, dict):
+                    merged["properties"] = {**(merged.get("properties") or {}), **value}
+                elif key == "required" and isinstance(value, list):
+                    merged["required"] = [*(merged.get("required") or []), *value]
+                else:
+                    merged.setdefault(key, value)
+        return merged
+
+    def value(self, schema: Any, name: str, depth: int, optional: bool | Collection[str]) -> Any:
+        self.budget -= 1
+        if not isinstance(schema, dict) or depth > 12 or self.budget < 0:
+            return f"example {name}"
+        schema = self.merged(schema, depth)
+        if "const" in schema:
+            return schema["const"]
+        if isinstance(schema.get("enum"), list) and schema["enum"]:
+            return schema["enum"][0]
+        if "default" in schema:
+            return schema["default"]
+        for key in ("anyOf", "oneOf"):
+            options = schema.get(key)
+            if isinstance(options, list) and options:
+                usable = [o for o in options if not (isinstance(o, dict) and o.get("type") == "null")]
+                chosen = (usable or options)[0]
+                base = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")}
+                return self.value(
+                    {**base, **chosen} if isinstance(chosen, dict) else chosen, name, depth + 1, optional
+                )
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "null")
+        if kind == "object" or (kind is None and isinstance(schema.get("properties"), dict)):
+            return self.object(schema, depth, optional)
+        if kind == "array":
+            return self.array(schema, name, depth, optional)
+        if kind in ("integer", "number"):
+            return _numeric(schema, integer=kind == "integer")
+        if kind == "boolean":
+            return True
+        if kind == "null":
+            return None
+        return _string(schema, name)
+
+    def object(self, schema: dict[str, Any], depth: int, optional: bool | Collection[str]) -> dict[str, Any]:
+        raw_fields = schema.get("properties")
+        fields: dict[str, Any] = raw_fields if isinstance(raw_fields, dict) else {}
+        raw_required = schema.get("required")
+        required = [str(key) for key in raw_required] if isinstance(raw_required, list) else []
+        wanted = schema.get("minProperties")
+        least = wanted if _integer(wanted) else 0
+        asked = set() if isinstance(optional, bool) else set(optional)
+        chosen = [key for key in fields if key in required or optional is True or key in asked]
+        for key in fields:  # minProperties: optional properties in order, as few as it takes
+            if len(chosen) >= least:
+                break
+            if key not in chosen:
+                chosen.append(key)
+        inner = optional is True  # names asked for apply to the top level only
+        document = {key: self.value(fields[key], key, depth + 1, inner) for key in fields if key in chosen}
+        extra = schema.get("additionalProperties")
+        for key in required:  # required but not described: the additional properties' schema
+            if key not in document:
+                document[key] = self.value(extra if isinstance(extra, dict) else {}, key, depth + 1, inner)
+        return document
+
+    def array(
+        self, schema: dict[str, Any], name: str, depth: int, optional: bool | Collection[str]
+    ) -> list[Any]:
+        low, high = schema.get("minItems"), schema.get("maxItems")
+        count = low if _integer(low) and low > 0 else 1
+        if _integer(high):
+            count = min(count, max(0, high))
+        items = schema.get("items", {})
+        # Distinct names keep string items distinct (uniqueItems).
+        return [
+            self.value(items, name if n == 0 else f"{name} {n + 1}", depth + 1, optional is True)
+            for n in range(min(count, _MAX_ITEMS))
+        ]
+
+
+def _bound(schema: dict[str, Any], inclusive: str, exclusive: str) -> tuple[float | None, bool]:
+    """A numeric bound and whether it is exclusive (draft 4's boolean form included)."""
+    value, flag = schema.get(inclusive), schema.get(exclusive)
+    if _number(flag):
+        if _number(value):
+            tighter = max(value, flag) if inclusive == "minimum" else min(value, flag)
+            return tighter, tighter == flag
+        return flag, True
+    return (value, flag is True) if _number(value) else (None, False)
+
+
+def _numeric(schema: dict[str, Any], *, integer: bool) -> int | float:
+    low, low_open = _bound(schema, "minimum", "exclusiveMinimum")
+    high, high_open = _bound(schema, "maximum", "exclusiveMaximum")
+    step = (
+        schema.get("multipleOf") if _number(schema.get("multipleOf")) and schema["multipleOf"] > 0 else None
+    )
+
+    def fits(value: float) -> bool:
+        above = low is None or value > low or (value == low and not low_open)
+        below = high is None or value < high or (value == high and not high_open)
+        return above and below
+
+    if fits(1):
+        value: float = 1
+    elif low is not None:
+        gap = 1 if integer or high is None else min(1.0, (high - low) / 2)
+        value = math.floor(low) + 1 if integer and (low_open or low != int(low)) else low
+        if not integer and low_open:
+            value = low + gap
+    elif high is not None:
+        value = math.ceil(high) - 1 if integer and (high_open or high != int(high)) else high
+        if not integer and high_open:
+            value = high - 1
+    else:
+        value = 1
+    if step is not None:
+        multiple = math.ceil(value / step) * step
+        if not fits(multiple):
+            multiple = math.floor(value / step) * step
+        value = multiple
+    return int(value) if integer else float(value)
 
 
 _STRING_FORMATS: dict[Any, str] = {
     "date-time": "2025-01-01T00:00:00Z",
     "date": "2025-01-01",
-    "time": "00:00:00",
+    "time": "00:00:00Z",
+    "duration": "P1D",
     "email": "user@example.com",
+    "idn-email": "user@example.com",
+    "hostname": "example.com",
+    "idn-hostname": "example.com",
+    "ipv4": "192.0.2.1",
+    "ipv6": "2001:db8::1",
     "uri": "https://example.com/",
+    "uri-reference": "https://example.com/",
+    "iri": "https://example.com/",
+    "iri-reference": "https://example.com/",
+    "uri-template": "https://example.com/{id}",
     "uuid": "00000000-0000-4000-8000-000000000000",
+    "json-pointer": "/example",
+    "relative-json-pointer": "0",
+    "regex": "^example$",
 }
+_CANDIDATES = ("a", "A", "0", "1", "abc", "ABC", "a1", "A1", "a-b", "a_b", "example", "x" * 8, "1" * 8)
+
+
+def _matching(pattern: str, first: list[str], *, full: bool = False) -> str | None:
+    """The first candidate ``pattern`` accepts (JSON Schema patterns search; a grammar matches whole)."""
+    try:
+        compiled = re.compile(pattern)
+    except (re.error, RecursionError):
+        return None
+    test = compiled.fullmatch if full else compiled.search
+    return next((candidate for candidate in (*first, *_CANDIDATES) if test(candidate)), None)
+
+
+def _string(schema: dict[str, Any], name: str) -> str:
+    text = _STRING_FORMATS.get(schema.get("format"), f"example {name}")
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str):
+        text = _matching(pattern, [text]) or text
+    low, high = schema.get("minLength"), schema.get("maxLength")
+    if isinstance(high, int) and not isinstance(high, bool) and len(text) > high:
+        text = text[: max(0, high)]
+    if isinstance(low, int) and not isinstance(low, bool) and len(text) < low:
+        text = text + "x" * (low - len(text))
+    return text

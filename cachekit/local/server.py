@@ -1,270 +1,174 @@
-"""The local backend over real HTTP: a threaded HTTP/1.1 server on the standard library.
+"""The local backend over real HTTP: an ASGI app on uvicorn, cachekit's one HTTP layer.
 
 ``cachekit serve`` runs one in the foreground; tests start one on a free loopback port::
 
     with LocalServer(LocalBackend()) as server:
         client = anthropic.Anthropic(api_key="local", base_url=server.url)
 
-Keep-alive connections (pipelined requests too), ``Content-Length`` and chunked request bodies, and
-streams sent with chunked transfer encoding one SSE event per chunk, flushed as the engine produces
-them. A client that goes away mid-stream stops the generation (the event generator is closed). No
-dependency beyond the standard library.
+The HTTP work is uvicorn's (:mod:`cachekit._asgi`, the ``proxy`` extra): strict HTTP/1.1 parsing by
+llhttp, keep-alive and pipelining, ``Content-Length`` and chunked request bodies, flow control, and
+graceful shutdown. Streams go out with chunked transfer encoding, one SSE event per chunk as the
+engine produces it. A client that goes away mid-stream stops the generation (the event generator is
+closed). The engine runs on worker threads: a slow generation never holds up other connections.
 
-Request bodies are read strictly (RFC 9112) and never past the cap: whatever the framing says, the
-server reads at most ``max_body`` bytes of a request's body, framing included, before it has either
-the whole body or a reason to refuse it. Framing it cannot trust is a 400 and the connection is closed
-(the rest of the body is never read, so it is never taken for the next request): ``Content-Length``
-other than one run of ASCII digits; both ``Content-Length`` and ``Transfer-Encoding`` (the request
-smuggling rule of RFC 9112 section 6.3); a chunk size other than hex digits (no sign, prefix or
-whitespace), with optional ``;name[=value]`` extensions; a line not ended by CRLF or longer than 4 KiB;
-chunk data not followed by CRLF; a malformed trailer, or more than 64; a body cut short by the
-client. A transfer coding other than ``chunked`` alone is a 501; a body over the cap a 413.
+Request bodies are read within a cap: at most ``max_body`` bytes of a body are ever taken, and a
+``Content-Length`` over it is refused before a byte is read (a 413 in the API's shape; the connection
+is closed, so the unread rest is never taken for the next request). Framing the parser cannot trust
+(a malformed ``Content-Length`` or chunk size, both ``Content-Length`` and ``Transfer-Encoding``,
+a transfer coding other than ``chunked``, a line not ended by CRLF, a body cut short) is refused by
+the server with a 4xx or 5xx, and the connection closed.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from collections.abc import Iterator
+from typing import Any
 
+import anyio.to_thread
+
+from cachekit import _asgi
+from cachekit._asgi import (
+    Receive,
+    Scope,
+    Send,
+    ServerThread,
+    header_dict,
+    raw_headers,
+    read_body,
+    run_lifespan,
+    until_disconnected,
+)
 from cachekit.local.backend import LocalBackend
-from cachekit.local.wire import error_reply, family_for
+from cachekit.local.wire import Reply, error_reply, family_for
 from cachekit.providers.registry import dialect_of
 
-__all__ = ["LocalServer"]
+__all__ = ["MAX_BODY", "LocalServer", "ServeApp"]
 
 logger = logging.getLogger("cachekit.local.server")
 
-#: The default cap on a request body, framing included: larger ones get a 413, as the providers
-#: answer them.
+#: The default cap on a request body: larger ones get a 413, as the providers answer them.
 MAX_BODY = 64 * 1024 * 1024
-#: The longest chunk-size line (extensions included) or trailer line, CRLF included.
-_MAX_LINE = 4096
-#: The most trailer fields after a chunked body.
-_MAX_TRAILERS = 64
-
-# RFC 9110 5.6.2 token; 5.6.4 quoted-string; 5.5 field-value characters (obs-text included).
-_TOKEN = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-_QUOTED = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*"'
-#: RFC 9112 7.1: chunk-size [ chunk-ext ] CRLF, chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS value ] ).
-_EXTENSION = rb"[ \t]*;[ \t]*" + _TOKEN + rb"(?:[ \t]*=[ \t]*(?:" + _TOKEN + rb"|" + _QUOTED + rb"))?"
-_CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]+)(?:" + _EXTENSION + rb")*\r\n")
-#: RFC 9112 7.1.2: a trailer field line.
-_TRAILER_LINE = re.compile(_TOKEN + rb":[\t \x21-\x7e\x80-\xff]*\r\n")
-_DIGITS = re.compile(r"[0-9]+")
-
-
-class _BadBody(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 _TOO_LARGE = "Request exceeds the maximum allowed number of bytes."
+_REFUSALS: dict[type[Exception], tuple[int, str]] = {
+    _asgi.TooLarge: (413, _TOO_LARGE),
+    _asgi.Stalled: (408, "The request body did not arrive in time."),
+    _asgi.UnsupportedCoding: (501, "Transfer codings other than chunked are not implemented."),
+}
+#: Seconds a client may stall in the middle of its request body before it gets a 408.
+BODY_TIMEOUT = 60.0
+_DONE = object()
 
 
-class _Stream(Protocol):
-    def read(self, size: int, /) -> bytes: ...
+class ServeApp:
+    """The ASGI app of ``cachekit serve``: every request answered by a :class:`LocalBackend`."""
 
-    def readline(self, size: int, /) -> bytes: ...
-
-
-class _BodyReader:
-    """Reads one request body from a connection, never more than ``cap`` bytes in all.
-
-    Every read asks the stream for at most what is left of the cap (a line for at most the line
-    limit), so no framing, however malformed, makes the server read or hold more; ``used`` is what
-    was read, framing included.
-    """
-
-    def __init__(self, stream: _Stream, cap: int) -> None:
-        self._stream = stream
-        #: The most bytes this body may take on the wire.
-        self.cap = cap
-        self.used = 0
-
-    def _left(self) -> int:
-        return self.cap - self.used
-
-    def exactly(self, size: int) -> bytes:
-        """``size`` bytes: a 413 before reading if they would pass the cap, a 400 if the body ends first."""
-        if size > self._left():
-            raise _BadBody(413, _TOO_LARGE)
-        data = self._stream.read(size) if size else b""
-        self.used += len(data)
-        if len(data) < size:
-            raise _BadBody(400, "The request body ended before its declared length.")
-        return data
-
-    def line(self) -> bytes:
-        """One CRLF-terminated line of at most :data:`_MAX_LINE` bytes."""
-        limit = min(_MAX_LINE, self._left())
-        line = self._stream.readline(limit) if limit > 0 else b""
-        self.used += len(line)
-        if line.endswith(b"\n"):
-            if not line.endswith(b"\r\n"):
-                raise _BadBody(400, "Invalid chunked request body: lines must end with CRLF.")
-            return line
-        if limit < _MAX_LINE and len(line) == limit:
-            raise _BadBody(413, _TOO_LARGE)  # the cap, not the line limit, cut it short
-        if len(line) == limit:
-            raise _BadBody(400, "Invalid chunked request body: a line is too long.")
-        raise _BadBody(400, "The request body ended before its last chunk.")
-
-    def chunked(self) -> bytes:
-        """A chunked body (RFC 9112 7.1), its trailers read and dropped."""
-        body = bytearray()
-        while True:
-            match = _CHUNK_LINE.fullmatch(self.line())
-            if match is None:
-                raise _BadBody(400, "Invalid chunked request body: malformed chunk size line.")
-            digits = match.group(1).lstrip(b"0") or b"0"
-            # More hex digits than the cap has bytes' worth cannot be a size under the cap (and this
-            # keeps int() from parsing a 4 KiB number).
-            size = int(digits, 16) if len(digits) <= 16 else self.cap + 1
-            if size == 0:
-                break
-            body += self.exactly(size)
-            if self.exactly(2) != b"\r\n":
-                raise _BadBody(400, "Invalid chunked request body: chunk data not followed by CRLF.")
-        for _ in range(_MAX_TRAILERS + 1):
-            line = self.line()
-            if line == b"\r\n":
-                return bytes(body)
-            if _TRAILER_LINE.fullmatch(line) is None:
-                raise _BadBody(400, "Invalid chunked request body: malformed trailer field.")
-        raise _BadBody(400, "Invalid chunked request body: too many trailer fields.")
-
-
-def _read_body(headers: Any, reader: _BodyReader) -> bytes:
-    """The request body as the headers frame it (``headers``: the request's parsed header fields)."""
-    codings_fields: list[str] = headers.get_all("transfer-encoding") or []
-    lengths: list[str] = headers.get_all("content-length") or []
-    if codings_fields and lengths:
-        # Two framings: an intermediary may have used the other one (request smuggling).
-        raise _BadBody(400, "A request may not have both Content-Length and Transfer-Encoding.")
-    if codings_fields:
-        codings = [c.strip(" \t").lower() for field in codings_fields for c in field.split(",")]
-        if codings[-1:] != ["chunked"] or codings.count("chunked") > 1:
-            # The body's end is unknown (RFC 9112 6.3): chunked must be last, and applied once.
-            raise _BadBody(400, "Invalid Transfer-Encoding header: chunked must be the last coding, once.")
-        if codings != ["chunked"]:
-            raise _BadBody(501, "Transfer codings other than chunked are not implemented.")
-        return reader.chunked()
-    if not lengths:
-        return b""
-    value = lengths[0].strip(" \t")
-    if len(lengths) != 1 or _DIGITS.fullmatch(value) is None:
-        raise _BadBody(400, "Invalid Content-Length header.")
-    digits = value.lstrip("0") or "0"
-    # Checked by length first: int() refuses numbers of more than 4300 digits.
-    size = int(digits) if len(digits) <= 19 else reader.cap + 1
-    return reader.exactly(size)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = 60  # seconds a connection may sit idle or stall mid-body before it is dropped
-    server: _Server
-
-    def setup(self) -> None:
-        super().setup()
-        # Headers and body are separate writes: without TCP_NODELAY, Nagle's algorithm and the
-        # client's delayed ACK add ~40 ms to every non-streamed answer.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def do_POST(self) -> None:
-        self._answer()
-
-    # Every other method gets the API's own 404 (not http.server's HTML 501).
-    do_GET = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_POST
-
-    def _body(self) -> bytes:
-        reader = _BodyReader(self.rfile, self.server.max_body)
-        try:
-            return _read_body(self.headers, reader)
-        finally:
-            self.server.body_read(reader.used)
-
-    def _answer(self) -> None:
-        headers = {key.lower(): value for key, value in self.headers.items()}
-        path = self.path.split("?", 1)[0]
-        try:
-            body = self._body()
-        except _BadBody as bad:
-            # The rest of the body is unread: answer in the API's shape and close the connection.
-            self.close_connection = True
-            family = family_for(dialect_of(self.command, path), headers)
-            reply = error_reply(family, bad.status, str(bad))
-            announced = self.server.backend.announcement(family)
-            self._send(reply.status, [*reply.headers, *announced, ("connection", "close")], reply.content)
-            return
-        reply = self.server.backend.handle(
-            self.command, path, headers, body, host=headers.get("host", "localhost")
-        )
-        if reply.events is None:
-            self._send(reply.status, list(reply.headers), reply.content)
-            return
-        self.send_response(reply.status)
-        for key, value in reply.headers:
-            self.send_header(key, value)
-        self.send_header("transfer-encoding", "chunked")
-        self.end_headers()
-        events = iter(reply.events)
-        try:
-            for event in events:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
-
-    def _send(self, status: int, headers: list[tuple[str, str]], content: bytes) -> None:
-        self.send_response(status)
-        for key, value in headers:
-            self.send_header(key, value)
-        self.send_header("content-length", str(len(content)))
-        self.end_headers()
-        self.wfile.write(content)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("%s %s", self.address_string(), format % args)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up or stalls is routine: a debug line, not a traceback on stderr."""
-        logger.debug("connection from %s ended abruptly", client_address, exc_info=True)
-
-    def __init__(self, address: tuple[str, int], backend: LocalBackend, max_body: int) -> None:
+    def __init__(
+        self, backend: LocalBackend, *, max_body: int = MAX_BODY, body_timeout: float = BODY_TIMEOUT
+    ) -> None:
         self.backend = backend
         self.max_body = max_body
+        self.body_timeout = body_timeout
+        #: The most bytes of one request's body taken so far (never more than ``max_body``).
         self.peak_body_read = 0
         self._peak_lock = threading.Lock()
-        super().__init__(address, _Handler)
 
-    def body_read(self, size: int) -> None:
-        """Note that one request's body took ``size`` bytes off its connection."""
+    def _body_read(self, size: int) -> None:
         with self._peak_lock:
             self.peak_body_read = max(self.peak_body_read, size)
+
+    def refusal(self, path: str, headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
+        """The answer to a request whose framing the HTTP parser refused: a 400 in the API's shape,
+        with the rules announcement every answer carries."""
+        family = family_for(dialect_of("POST", path), headers)
+        reply = error_reply(family, 400, "The request could not be read: malformed HTTP framing.")
+        return reply.status, [*reply.headers, *self.backend.announcement(family)], reply.content
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await run_lifespan(receive, send, _nothing, _nothing)
+            return
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        headers = header_dict(scope)
+        method, path = scope["method"], scope["path"]
+        try:
+            body = await read_body(receive, headers, self.max_body, self._body_read, self.body_timeout)
+        except _asgi.Disconnected:
+            return
+        except (_asgi.TooLarge, _asgi.Stalled, _asgi.UnsupportedCoding) as refused:
+            family = family_for(dialect_of(method, path), headers)
+            status, message = _REFUSALS[type(refused)]
+            reply = error_reply(family, status, message)
+            extra = [*self.backend.announcement(family), ("connection", "close")]
+            await _send_whole(send, reply.status, [*reply.headers, *extra], reply.content)
+            return
+        host = headers.get("host", "localhost")
+        answer: Reply = await anyio.to_thread.run_sync(
+            lambda: self.backend.handle(method, path, headers, body, host=host)
+        )
+        if answer.events is None:
+            await _send_whole(send, answer.status, list(answer.headers), answer.content)
+            return
+        events = iter(answer.events)
+        try:
+            await until_disconnected(receive, _stream(send, answer, events))
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:  # stops the generation (on its own thread: it may be mid-token)
+                await anyio.to_thread.run_sync(close)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket handshake is the ``GET`` that asked to upgrade: the backend answers it (the
+        Responses WebSocket mode is not offered: a 426 that sends the client to HTTP at once)."""
+        headers = header_dict(scope)
+        host = headers.get("host", "localhost")
+        answer: Reply = await anyio.to_thread.run_sync(
+            lambda: self.backend.handle("GET", scope["path"], headers, b"", host=host)
+        )
+        await _asgi.refuse_websocket(receive, send, answer.status, list(answer.headers), answer.content)
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _send_whole(send: Send, status: int, headers: list[tuple[str, str]], content: bytes) -> None:
+    fields = [(k, v) for k, v in headers if k.lower() != "content-length"]
+    fields.append(("content-length", str(len(content))))
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers(fields)})
+    await send({"type": "http.response.body", "body": content})
+
+
+def _next(events: Iterator[bytes]) -> Any:
+    return next(events, _DONE)
+
+
+async def _stream(send: Send, reply: Reply, events: Iterator[bytes]) -> None:
+    fields = [(k, v) for k, v in reply.headers if k.lower() not in ("content-length", "transfer-encoding")]
+    await send({"type": "http.response.start", "status": reply.status, "headers": raw_headers(fields)})
+    while True:
+        event = await anyio.to_thread.run_sync(_next, events)
+        if event is _DONE:
+            break
+        await send({"type": "http.response.body", "body": event, "more_body": True})
+    if reply.disconnect:  # fault injection: end like a dropped connection (no final chunk)
+        raise ConnectionAbortedError("the backend was asked to drop this stream")
+    await send({"type": "http.response.body", "body": b""})
 
 
 class LocalServer:
     """A :class:`LocalBackend` served over HTTP on ``host:port`` (port 0: a free one).
 
-    Use as a context manager, or :meth:`start` / :meth:`stop`; :meth:`serve_forever` blocks.
-    The backend is not closed when the server stops. ``max_body``: the most bytes of one request's
-    body, framing included, that the server reads (a larger one is a 413).
+    Use as a context manager, or :meth:`start` / :meth:`stop`; :meth:`serve_forever` blocks (and
+    stops gracefully on SIGINT or SIGTERM). The backend is not closed when the server stops.
+    ``max_body``: the most bytes of one request's body the server takes (a larger one is a 413);
+    ``body_timeout``: the most seconds a client may stall mid-body (a 408 then). Needs the ``proxy``
+    extra (uvicorn).
     """
 
     def __init__(
@@ -274,50 +178,47 @@ class LocalServer:
         host: str = "127.0.0.1",
         port: int = 0,
         max_body: int = MAX_BODY,
+        body_timeout: float = BODY_TIMEOUT,
     ) -> None:
         if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
             raise ValueError(f"max_body must be a number of bytes >= 0, not {max_body!r}")
+        if not body_timeout > 0:
+            raise ValueError(f"body_timeout must be a positive number of seconds, not {body_timeout!r}")
         self.backend = backend if backend is not None else LocalBackend()
-        self._server = _Server((host, port), self.backend, max_body)
-        self._thread: threading.Thread | None = None
+        self._app = ServeApp(self.backend, max_body=max_body, body_timeout=body_timeout)
+        self._server = ServerThread(
+            self._app, host=host, port=port, name="cachekit-local", refusal=self._app.refusal
+        )
 
     @property
     def peak_body_read(self) -> int:
-        """The most bytes any one request's body has taken off its connection so far, framing
-        included (never more than ``max_body``): what the server held for a body at most."""
-        return self._server.peak_body_read
+        """The most bytes of any one request's body taken so far (never more than ``max_body``):
+        what the server held for a body, beyond the HTTP parser's bounded read buffer."""
+        return self._app.peak_body_read
 
     @property
     def port(self) -> int:
         """The port it listens on."""
-        return int(self._server.server_address[1])
+        return self._server.address[1]
 
     @property
     def url(self) -> str:
         """The base URL to give an SDK (``http://127.0.0.1:PORT``)."""
-        host = str(self._server.server_address[0])
+        host = self._server.address[0]
         return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     def start(self) -> LocalServer:
         """Serve in a background thread."""
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._server.serve_forever, name="cachekit-local", daemon=True
-            )
-            self._thread.start()
+        self._server.start()
         return self
 
     def serve_forever(self) -> None:
-        """Serve in this thread until interrupted."""
-        self._server.serve_forever()
+        """Serve in this thread until SIGINT or SIGTERM (in-flight answers finish first)."""
+        self._server.run_here()
 
     def stop(self) -> None:
-        """Stop serving and close the listening socket."""
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._server.server_close()
+        """Stop serving (in-flight answers finish first) and close the listening socket."""
+        self._server.stop()
 
     def __enter__(self) -> LocalServer:
         return self.start()

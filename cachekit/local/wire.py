@@ -49,11 +49,14 @@ from cachekit.providers.sse import ANTHROPIC_DELTA_USAGE, CHAT_DONE, encode_even
 
 __all__ = [
     "Billing",
+    "Empty",
+    "Extras",
     "Reply",
     "error_reply",
     "family_for",
     "json_reply",
     "render",
+    "responses_usage",
 ]
 
 JSON = "application/json"
@@ -85,6 +88,39 @@ class Billing:
     def uncached(self) -> int:
         """Tokens billed at the plain input price."""
         return self.total - self.cache_read - self.cache_write
+
+
+class Empty:
+    """A generation with nothing in it: a token count's, or an answer that is a compaction alone
+    (``finish`` ``"compaction"``)."""
+
+    tool_call: ToolCall | None = None
+    blocks: tuple[Block, ...] = ()
+    stop_sequence = None
+    output_tokens = 0
+    reasoning_tokens = 0
+
+    def __init__(self, finish: FinishReason = "end") -> None:
+        self.finish_reason: FinishReason = finish
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What an answer carries besides the engine's generation and the billing."""
+
+    host: str = "localhost"
+    """The host the request was sent to (DeepSeek's hosts get its usage fields)."""
+    compaction: str | None = None
+    """The encrypted content of a compaction the answer starts with (:mod:`cachekit.local.compaction`)."""
+    summary: str = ""
+    """The compaction's readable summary (the Messages API shows one)."""
+    context_management: bool = False
+    """Messages: the request sent ``context_management``, so the answer reports the edits applied."""
+    keep: Callable[[dict[str, Any]], None] | None = None
+    """Responses: called with the finished response object (to store it)."""
 
 
 @dataclass(frozen=True)
@@ -181,19 +217,24 @@ def error_reply(
 
 
 def render(
-    dialect: Dialect, payload: dict[str, Any], generation: Generation, billing: Billing, host: str
+    dialect: Dialect,
+    payload: dict[str, Any],
+    generation: Generation,
+    billing: Billing,
+    extras: Extras | None = None,
 ) -> Reply:
     """The provider's answer to ``payload``: a JSON body, or an SSE stream when it asked for one."""
     if dialect == "anthropic_count_tokens":
         return json_reply("anthropic", {"input_tokens": billing.total})
+    extras = extras or Extras()
     family = family_of(dialect)
     answer = _Answer(generation)
     if payload.get("stream") is True:
-        events = _STREAMS[dialect](payload, answer, billing, host)
+        events = _STREAMS[dialect](payload, answer, billing, extras)
         rid = request_id(family)
         return Reply(200, (*headers(family, SSE, rid), ("cache-control", "no-cache")), events=events)
     answer.finish()
-    return json_reply(family, _BODIES[dialect](payload, answer, billing, host))
+    return json_reply(family, _BODIES[dialect](payload, answer, billing, extras))
 
 
 class _Answer:
@@ -214,7 +255,12 @@ class _Answer:
     @property
     def live(self) -> bool:
         """The answer is text the engine generates as it is read."""
-        return not self._blocks and self.generation.tool_call is None
+        return not self._blocks and self.generation.tool_call is None and not self.empty
+
+    @property
+    def empty(self) -> bool:
+        """The answer has no content at all (a compaction alone)."""
+        return isinstance(self.generation, Empty) and self.generation.finish_reason == "compaction"
 
     @property
     def blocks(self) -> tuple[Block, ...]:
@@ -222,7 +268,7 @@ class _Answer:
             return self._blocks
         if self.generation.tool_call is not None:
             return (self.generation.tool_call,)
-        return (Text(self.generated),)
+        return () if self.empty else (Text(self.generated),)
 
     def pieces(self, block: Text | Thinking | Refusal) -> Iterator[str]:
         """The pieces of a block's text to stream; a generated answer's as the engine produces them."""
@@ -282,6 +328,7 @@ def _opaque(*parts: str) -> str:
 # -- Anthropic Messages -------------------------------------------------------------------------
 
 _ANTHROPIC_STOP = {
+    "compaction": "compaction",
     "end": "end_turn",
     "length": "max_tokens",
     "stop_sequence": "stop_sequence",
@@ -367,12 +414,17 @@ def _anthropic_citation(citation: Citation) -> dict[str, Any]:
     }
 
 
-def _anthropic_blocks(payload: dict[str, Any], answer: _Answer) -> list[tuple[Block, dict[str, Any]]]:
+def _anthropic_blocks(
+    payload: dict[str, Any], answer: _Answer, extras: Extras
+) -> list[tuple[Block | None, dict[str, Any]]]:
     """Each content block of the answer (a web search is two), with the block it renders; a refusal
-    has none (the stop reason says it). Text is as generated so far."""
+    has none (the stop reason says it). Text is as generated so far. A compaction comes first."""
     thinking = _mapping(payload.get("thinking"))
     omitted = thinking.get("display") == "omitted"  # the thinking text is left out, its signature kept
-    out: list[tuple[Block, dict[str, Any]]] = []
+    out: list[tuple[Block | None, dict[str, Any]]] = []
+    if extras.compaction is not None:
+        compacted = {"type": "compaction", "content": extras.summary, "encrypted_content": extras.compaction}
+        out.append((None, compacted))
     for block in answer.blocks:
         if isinstance(block, Text):
             rendered: dict[str, Any] = {"type": "text", "text": answer.text_of(block)}
@@ -426,20 +478,37 @@ def _anthropic_stop(answer: _Answer) -> dict[str, Any]:
     }
 
 
-def _anthropic_body(payload: dict[str, Any], answer: _Answer, billing: Billing, host: str) -> dict[str, Any]:
-    del host
-    return {
+# Messages context management: the edits applied (compaction is not an edit, and context editing is
+# not emulated: docs/local.md), reported when the request sends context_management.
+_NO_EDITS: dict[str, Any] = {"applied_edits": []}
+
+
+def _anthropic_body(
+    payload: dict[str, Any], answer: _Answer, billing: Billing, extras: Extras
+) -> dict[str, Any]:
+    body = {
         **_anthropic_head(payload, billing),
-        "content": [rendered for _, rendered in _anthropic_blocks(payload, answer)],
+        "content": [rendered for _, rendered in _anthropic_blocks(payload, answer, extras)],
         **_anthropic_stop(answer),
         "usage": _anthropic_final_usage(billing, answer),
     }
+    if extras.context_management:
+        body["context_management"] = _NO_EDITS
+    return body
 
 
-def _anthropic_deltas(answer: _Answer, block: Block, rendered: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _anthropic_deltas(
+    answer: _Answer, block: Block | None, rendered: dict[str, Any]
+) -> Iterator[dict[str, Any]]:
     """The deltas that fill a content block opened empty (none for a block that opens whole)."""
     kind = rendered["type"]
-    if kind == "text":
+    if kind == "compaction":
+        yield {
+            "type": "compaction_delta",
+            "content": rendered["content"],
+            "encrypted_content": rendered["encrypted_content"],
+        }
+    elif kind == "text":
         assert isinstance(block, Text)
         for citation in rendered.get("citations") or ():
             yield {"type": "citations_delta", "citation": citation}
@@ -469,17 +538,18 @@ def _anthropic_opening(rendered: dict[str, Any]) -> dict[str, Any]:
         return {"type": "thinking", "thinking": "", "signature": ""}
     if kind in ("tool_use", "server_tool_use"):
         return {**rendered, "input": {}}
+    if kind == "compaction":
+        return {"type": "compaction"}  # its content comes in one compaction_delta
     return rendered  # redacted thinking, search results: whole at once
 
 
 def _anthropic_stream(
-    payload: dict[str, Any], answer: _Answer, billing: Billing, host: str
+    payload: dict[str, Any], answer: _Answer, billing: Billing, extras: Extras
 ) -> Iterator[bytes]:
-    del host
     yield encode_event(
         {"type": "message_start", "message": _anthropic_head(payload, billing)}, "message_start"
     )
-    for index, (block, rendered) in enumerate(_anthropic_blocks(payload, answer)):
+    for index, (block, rendered) in enumerate(_anthropic_blocks(payload, answer, extras)):
         start = {"type": "content_block_start", "index": index, "content_block": _anthropic_opening(rendered)}
         yield encode_event(start, "content_block_start")
         if index == 0:
@@ -491,15 +561,17 @@ def _anthropic_stream(
         yield encode_event({"type": "content_block_stop", "index": index}, "content_block_stop")
     usage = _anthropic_final_usage(billing, answer)
     delta_usage = {key: usage[key] for key in ANTHROPIC_DELTA_USAGE if key in usage}
-    yield encode_event(
-        {"type": "message_delta", "delta": _anthropic_stop(answer), "usage": delta_usage}, "message_delta"
-    )
+    ending: dict[str, Any] = {"type": "message_delta", "delta": _anthropic_stop(answer), "usage": delta_usage}
+    if extras.context_management:
+        ending["context_management"] = _NO_EDITS
+    yield encode_event(ending, "message_delta")
     yield encode_event({"type": "message_stop"}, "message_stop")
 
 
 # -- OpenAI Chat Completions --------------------------------------------------------------------
 
 _CHAT_FINISH = {
+    "compaction": "stop",
     "end": "stop",
     "stop_sequence": "stop",
     "length": "length",
@@ -557,15 +629,30 @@ def _chat_frame(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
 
 
 def _chat_calls(answer: _Answer) -> list[dict[str, Any]]:
-    """The answer's tool calls with their ids (one id per call, for every chunk that names it)."""
+    """The answer's tool calls with their ids (one id per call, for every chunk that names it): a
+    function's ``arguments``, a custom tool's ``input`` (the openai SDK's
+    ``ChatCompletionMessageCustomToolCall``)."""
     return [
         {
+            "id": call.id or "call_" + _base62(24),
+            "type": "custom",
+            "custom": {"name": call.name, "input": call.input},
+        }
+        if call.input is not None
+        else {
             "id": call.id or "call_" + _base62(24),
             "type": "function",
             "function": {"name": call.name, "arguments": _arguments(call)},
         }
         for call in answer.calls
     ]
+
+
+def _call_text(call: dict[str, Any]) -> tuple[str, str]:
+    """A Chat tool call's streamed part: which field it fills (``arguments`` or ``input``), and its text."""
+    if call["type"] == "custom":
+        return "input", str(call["custom"]["input"])
+    return "arguments", str(call["function"]["arguments"])
 
 
 def _url_annotations(answer: _Answer) -> list[dict[str, Any]]:
@@ -599,7 +686,8 @@ def _joined(answer: _Answer, kind: type[Text] | type[Refusal]) -> str | None:
     return "".join(answer.text_of(b) if isinstance(b, Text) else b.text for b in blocks)
 
 
-def _chat_body(payload: dict[str, Any], answer: _Answer, billing: Billing, host: str) -> dict[str, Any]:
+def _chat_body(payload: dict[str, Any], answer: _Answer, billing: Billing, extras: Extras) -> dict[str, Any]:
+    host = extras.host
     head, tail = _chat_frame(payload)
     annotations = [{"type": "url_citation", "url_citation": a} for a in _url_annotations(answer)]
     message: dict[str, Any] = {
@@ -619,7 +707,10 @@ def _chat_body(payload: dict[str, Any], answer: _Answer, billing: Billing, host:
     return {**head, "choices": [choice], "usage": _chat_usage(billing, answer, host), **tail}
 
 
-def _chat_stream(payload: dict[str, Any], answer: _Answer, billing: Billing, host: str) -> Iterator[bytes]:
+def _chat_stream(
+    payload: dict[str, Any], answer: _Answer, billing: Billing, extras: Extras
+) -> Iterator[bytes]:
+    host = extras.host
     head, tail = _chat_frame(payload)
     options = payload.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -636,7 +727,7 @@ def _chat_stream(payload: dict[str, Any], answer: _Answer, billing: Billing, hos
     first: dict[str, Any] = {"role": "assistant", "content": "" if texts else None, "refusal": None}
     calls = _chat_calls(answer)
     openings = [
-        {"index": i, **call, "function": {**call["function"], "arguments": ""}}
+        {"index": i, **call, call["type"]: {**call[call["type"]], _call_text(call)[0]: ""}}
         for i, call in enumerate(calls)
     ]
     opened = 0
@@ -658,8 +749,9 @@ def _chat_stream(payload: dict[str, Any], answer: _Answer, billing: Billing, hos
     for i, call in enumerate(calls):
         if i >= opened:
             yield chunk({"tool_calls": [openings[i]]})
-        for piece in _pieces(call["function"]["arguments"], _JSON_PIECE):
-            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+        field, text = _call_text(call)
+        for piece in _pieces(text, _JSON_PIECE):
+            yield chunk({"tool_calls": [{"index": i, call["type"]: {field: piece}}]})
     yield chunk({}, _CHAT_FINISH[answer.finish_reason])
     if include_usage:
         yield encode_event({**chunk_head, **tail, "choices": [], "usage": _chat_usage(billing, answer, host)})
@@ -670,7 +762,11 @@ def _chat_stream(payload: dict[str, Any], answer: _Answer, billing: Billing, hos
 
 
 def _responses_usage(billing: Billing, answer: _Answer) -> dict[str, Any]:
-    output_tokens = answer.output_tokens
+    return responses_usage(billing, answer.output_tokens, answer.reasoning_tokens)
+
+
+def responses_usage(billing: Billing, output_tokens: int = 0, reasoning_tokens: int = 0) -> dict[str, Any]:
+    """A Responses ``usage`` object (the openai SDK's ``ResponseUsage``) for this billing."""
     details: dict[str, Any] = {"cached_tokens": billing.cache_read, "cache_write_tokens": billing.cache_write}
     if billing.writes_as == "openai":
         # The openai SDK's ResponseUsage splits GPT-5.6 writes by lifetime.
@@ -682,7 +778,7 @@ def _responses_usage(billing: Billing, answer: _Answer) -> dict[str, Any]:
         "input_tokens": billing.total,
         "input_tokens_details": details,
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": answer.reasoning_tokens},
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": billing.total + output_tokens,
     }
 
@@ -789,6 +885,22 @@ class _ResponsesItems:
                     yield emit("response.reasoning_summary_text.delta", **at, delta=piece)
                 yield emit("response.reasoning_summary_text.done", **at, text=part["text"])
                 yield emit("response.reasoning_summary_part.done", **at, part=part)
+        elif isinstance(first, ToolCall) and first.input is not None:
+            # A freeform tool's call: its input streams as text (custom_tool_call_input events).
+            item = {
+                "id": "ctc_" + secrets.token_hex(24),
+                "type": "custom_tool_call",
+                "call_id": first.id or "call_" + _base62(24),
+                "name": first.name,
+                "input": first.input,
+            }
+            if first.namespace is not None:
+                item["namespace"] = first.namespace
+            yield emit("response.output_item.added", output_index=index, item={**item, "input": ""})
+            where = {"item_id": item["id"], "output_index": index}
+            for piece in _pieces(first.input, _JSON_PIECE):
+                yield emit("response.custom_tool_call_input.delta", **where, delta=piece)
+            yield emit("response.custom_tool_call_input.done", **where, input=first.input)
         elif isinstance(first, ToolCall):
             item = {
                 "id": "fc_" + secrets.token_hex(24),
@@ -798,6 +910,8 @@ class _ResponsesItems:
                 "call_id": first.id or "call_" + _base62(24),
                 "name": first.name,
             }
+            if first.namespace is not None:
+                item["namespace"] = first.namespace
             added = {**item, "status": "in_progress", "arguments": ""}
             yield emit("response.output_item.added", output_index=index, item=added)
             where = {"item_id": item["id"], "output_index": index}
@@ -817,6 +931,15 @@ class _ResponsesItems:
             where = {"item_id": item["id"], "output_index": index}
             for stage in ("in_progress", "searching", "completed"):
                 yield emit(f"response.web_search_call.{stage}", **where)
+        self.output.append(item)
+        yield emit("response.output_item.done", output_index=index, item=item)
+
+    def compaction(self, content: str, emit: Callable[..., bytes]) -> Iterator[bytes]:
+        """The compaction item an answer starts with (its encrypted content whole in both events)."""
+        index = len(self.output)
+        item = {"id": "cmp_" + secrets.token_hex(24), "type": "compaction", "encrypted_content": content}
+        yield emit("response.output_item.added", output_index=index, item=item)
+        yield emit("response.compaction.compacting", item_id=item["id"], output_index=index)
         self.output.append(item)
         yield emit("response.output_item.done", output_index=index, item=item)
 
@@ -911,20 +1034,26 @@ def _no_event(kind: str, **fields: Any) -> bytes:
     return b""
 
 
-def _responses_body(payload: dict[str, Any], answer: _Answer, billing: Billing, host: str) -> dict[str, Any]:
-    del host
+def _responses_body(
+    payload: dict[str, Any], answer: _Answer, billing: Billing, extras: Extras
+) -> dict[str, Any]:
     frame = _responses_frame(payload, "resp_" + secrets.token_hex(24), int(time.time()))
     items = _ResponsesItems(payload, answer)
+    if extras.compaction is not None:
+        for _ in items.compaction(extras.compaction, _no_event):
+            pass
     for group in _responses_groups(answer):
         for _ in items.stream(group, _no_event):  # the same items the stream finishes, unsent
             pass
-    return _responses_final(frame, items.output, answer, billing)
+    final = _responses_final(frame, items.output, answer, billing)
+    if extras.keep is not None:
+        extras.keep(final)
+    return final
 
 
 def _responses_stream(
-    payload: dict[str, Any], answer: _Answer, billing: Billing, host: str
+    payload: dict[str, Any], answer: _Answer, billing: Billing, extras: Extras
 ) -> Iterator[bytes]:
-    del host
     frame = _responses_frame(payload, "resp_" + secrets.token_hex(24), int(time.time()))
     sequence = 0
 
@@ -937,9 +1066,13 @@ def _responses_stream(
     yield event("response.created", response=frame)
     yield event("response.in_progress", response=frame)
     items = _ResponsesItems(payload, answer)
+    if extras.compaction is not None:
+        yield from items.compaction(extras.compaction, event)
     for group in _responses_groups(answer):
         yield from items.stream(group, event)
     final = _responses_final(frame, items.output, answer, billing)
+    if extras.keep is not None:
+        extras.keep(final)  # kept once the response is whole, before its last event is sent
     yield event(
         "response.incomplete" if final["status"] == "incomplete" else "response.completed", response=final
     )

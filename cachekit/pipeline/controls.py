@@ -27,6 +27,7 @@ __all__ = [
     "CONTROL_PREFIX",
     "INELIGIBLE_HEADER",
     "KEY_HEADER",
+    "PREFIX_CHANGED_HEADER",
     "REFUSED_HEADER",
     "SIMILARITY_HEADER",
     "URL_TTL_HEADER",
@@ -59,6 +60,12 @@ URL_TTL_HEADER = "x-cachekit-url-ttl"
 #: On an answer from upstream: the cache_control markers cachekit added (``where=ttl/reason, ...``), the
 #: ``prompt_cache_key`` it set, ``none`` (planned, nothing to place), or ``off; <why>`` (the reasons below).
 BREAKPOINTS_HEADER = "x-cachekit-breakpoints"
+#: On an answer from upstream: why the provider's prompt cache could not read this call's prefix as
+#: far as the conversation's previous call would have let it, the first change in prefix order
+#: (``messages_changed; at=messages.3``, ``tools_reordered; at=tools.0``, ``tool_choice_changed;
+#: at=tool_choice``). The conversation is the one ``x-cachekit-conversation``, ``prompt_cache_key`` or
+#: ``metadata.user_id`` names, else the one its first blocks start. Absent when nothing changed.
+PREFIX_CHANGED_HEADER = "x-cachekit-prefix-changed"
 
 
 @dataclass(frozen=True, slots=True)

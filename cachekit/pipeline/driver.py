@@ -23,6 +23,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from cachekit._http import Request, Response
@@ -304,6 +305,10 @@ class Pipeline:
                     lead.settle(retry=False)  # the same request would be refused again
                 return self._shaper.refusal(view, exc)
             applied = shaped.applied
+            if shaped.changed is not None:
+                # Why the provider's prompt cache could not read this call's prefix: the answer's
+                # header says it, and record cost writes it into the ledger.
+                call = replace(call, prefix_change=shaped.changed)
             # Stage 6: upstream.
             response = yield from upstream.send(view)
             self._shaper.learn_rules(route, response)  # a host outside the table may announce rules
@@ -380,7 +385,8 @@ class Pipeline:
             self._accountant.account(call, kept.answer, None, kept.document, applied=applied)
         if kept.answer is None or not kept.complete:
             return _tagged(response, call, shaped, semantic, bypass)  # passed on as it came
-        extra = respond.miss_headers(shaped.breakpoints, semantic.headers if semantic is not None else ())
+        refused = semantic.headers if semantic is not None else ()
+        extra = respond.miss_headers(shaped.breakpoints, refused, shaped.changed)
         return respond.replay(
             view.request, kept.answer, call.key, self._rt.clock, outcome="miss", extra=extra
         )
@@ -460,7 +466,8 @@ def _tagged(
     response: Response, call: Call, shaped: Shaped, semantic: SemanticCall | None, bypass: str | None
 ) -> Response:
     """``response`` as it came from upstream, with the headers that say what the cache did."""
+    changed = shaped.changed
     if bypass is not None:
-        return respond.tag(response, "bypass", None, shaped.breakpoints, reason=bypass)
+        return respond.tag(response, "bypass", None, shaped.breakpoints, reason=bypass, changed=changed)
     refused = semantic.headers if semantic is not None else ()
-    return respond.tag(response, "miss", call.key, shaped.breakpoints, refused)
+    return respond.tag(response, "miss", call.key, shaped.breakpoints, refused, changed=changed)

@@ -42,6 +42,9 @@ class Call:
     scope: tuple[str, ...] = ()
     #: Binds the semantic index entries this request may be served to its partition.
     binding: EntryBinding | None = None
+    #: Set by shaping on a miss: what changed since the conversation's previous call (lint's first
+    #: change), for the answer's header and the ledger.
+    prefix_change: str | None = None
 
 
 class Keyer:
@@ -95,6 +98,7 @@ class Keyer:
             share_across_credentials=config.share_across_credentials,
             request_tenant=control.request_tenant,
             trust_request_tenant=config.trust_tenant_header,
+            credential_tenants=config.credential_tenants,
         )
 
     def semantic_scope(

@@ -77,6 +77,7 @@ class Accountant:
                     outcome=outcome,
                     tenant=call.control.tenant,
                     site=call.control.site,
+                    prefix_change=call.prefix_change,
                 ).usage
                 if ledger is not None
                 else usage_of_body(provider, call.route.dialect, body)

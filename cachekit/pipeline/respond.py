@@ -16,6 +16,7 @@ from cachekit.pipeline.controls import (
     CACHE_HEADER,
     INELIGIBLE_HEADER,
     KEY_HEADER,
+    PREFIX_CHANGED_HEADER,
     REFUSED_HEADER,
 )
 from cachekit.providers import error_body
@@ -45,6 +46,7 @@ _UNSTORED_HEADERS = frozenset(
         KEY_HEADER,
         BYPASS_REASON_HEADER,
         BREAKPOINTS_HEADER,  # describes one upstream call, not the answer
+        PREFIX_CHANGED_HEADER,
         REFUSED_HEADER,
         INELIGIBLE_HEADER,
     }
@@ -60,12 +62,13 @@ def kept_headers(response: Response) -> Headers:
     )
 
 
-def miss_headers(breakpoints: str | None, semantic: Headers = ()) -> Headers:
-    """What cachekit tells about an answer it fetched: the breakpoints it planned (or why none), and
-    what the semantic layer says (the guards that refused similar questions, or why it could not
-    serve the request)."""
+def miss_headers(breakpoints: str | None, semantic: Headers = (), changed: str | None = None) -> Headers:
+    """What cachekit tells about an answer it fetched: the breakpoints it planned (or why none), what
+    changed in the conversation's prefix since its previous call, and what the semantic layer says
+    (the guards that refused similar questions, or why it could not serve the request)."""
     planned = () if breakpoints is None else ((BREAKPOINTS_HEADER, breakpoints),)
-    return (*planned, *semantic)
+    prefix = () if changed is None else ((PREFIX_CHANGED_HEADER, changed),)
+    return (*planned, *prefix, *semantic)
 
 
 def _reason_header(reason: str | None) -> Headers:
@@ -97,12 +100,13 @@ def tag(
     semantic: Headers = (),
     *,
     reason: str | None = None,
+    changed: str | None = None,
 ) -> Response:
     """``response`` (from upstream) with the headers that say what the cache did."""
     response.headers[CACHE_HEADER] = outcome
     if key is not None:
         response.headers[KEY_HEADER] = key[-16:]
-    for name, value in (*miss_headers(breakpoints, semantic), *_reason_header(reason)):
+    for name, value in (*miss_headers(breakpoints, semantic, changed), *_reason_header(reason)):
         response.headers[name] = value
     return response
 

@@ -23,7 +23,7 @@ from cachekit.pipeline.runtime import KNOWN_PROVIDERS, Runtime
 from cachekit.pipeline.view import RequestView
 from cachekit.providers import RULES_HEADER, Route
 from cachekit.shape.blocks import BlockMemo
-from cachekit.shape.lint import PrefixLinter, PrefixLintError, lint_blocks
+from cachekit.shape.lint import PrefixLinter, PrefixLintError, first_change, lint_blocks
 from cachekit.shape.planner import Applied, PlanError, stable_first
 
 __all__ = ["Shaped", "Shaper"]
@@ -50,6 +50,9 @@ class Shaped:
     applied: Applied | None = None
     #: The ``x-cachekit-breakpoints`` value (``None``: an answer that has no breakpoints to speak of).
     breakpoints: str | None = None
+    #: What changed since the conversation's previous call, first in prefix order (lint's
+    #: ``code; at=where``): why the provider's prompt cache cannot read the rest. ``None``: nothing.
+    changed: str | None = None
 
 
 class Shaper:
@@ -90,20 +93,23 @@ class Shaper:
             blocks = view.blocks(self.memo, scope)
         except (TypeError, ValueError):  # not serializable: the provider will refuse it anyway
             return Shaped(breakpoints=_off(off or _OFF_PLAN_ERROR))
+        changed: str | None = None
         if self.linter is not None:
             try:
-                self.linter.check(
-                    route.dialect, body, partition=scope, conversation=control.conversation, blocks=blocks
+                changed = first_change(
+                    self.linter.check(
+                        route.dialect, body, partition=scope, conversation=control.conversation, blocks=blocks
+                    )
                 )
             except PrefixLintError:
                 raise
             except Exception as exc:
                 logger.warning("cachekit lint failed: %s: %s", type(exc).__name__, exc)
         if off:
-            return Shaped(breakpoints=_off(off))
+            return Shaped(breakpoints=_off(off), changed=changed)
         provider, why = self._rt.rules_provider(route)
         if provider is None:
-            return Shaped(breakpoints=_off(why))
+            return Shaped(breakpoints=_off(why), changed=changed)
         try:
             volatile: set[str] = set()
             if config.stable_first:
@@ -131,7 +137,7 @@ class Shaper:
                 view.shaped = applied.body
                 view.added_headers = applied.headers
             view.serialize()  # the last change to the body: it is written once, here
-            return Shaped(applied, applied.header())
+            return Shaped(applied, applied.header(), changed)
         except PlanError as exc:
             # The provider will refuse the request with its own 400; it goes as the caller wrote it.
             self._rt.stats.add("plan_errors")
@@ -140,7 +146,7 @@ class Shaper:
             self._rt.stats.add("plan_errors")
             logger.warning("cachekit: breakpoint planning failed: %s: %s", type(exc).__name__, exc)
         view.unshape()
-        return Shaped(breakpoints=_off(_OFF_PLAN_ERROR))
+        return Shaped(breakpoints=_off(_OFF_PLAN_ERROR), changed=changed)
 
     def refusal(self, view: RequestView, exc: PrefixLintError) -> Response:
         """``lint="raise"``: the answer to a request :meth:`shape` refused, a 400 that names the

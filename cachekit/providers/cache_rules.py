@@ -11,6 +11,14 @@ A model matches a row when its name equals the prefix or continues it after a se
 ``claude-opus-4-5-20251101`` takes the ``claude-opus-4-5`` row, ``claude-opus-4-10`` would not take
 ``claude-opus-4-1``, and ``gpt-5.5`` does not take ``gpt-5`` (a version dot is not a separator).
 
+A model no family row names falls to its provider's default row, with one exception the data states:
+a row with ``later_versions`` (OpenAI's ``gpt-5.6``: "GPT-5.6 models and later model families") also
+covers later versions of its name that no row names yet, the latest such row whose version is not
+above the model's: ``gpt-6.2-sol`` takes ``gpt-6.1``'s explicit rules, never the default row's
+automatic caching of the models before GPT-5.6. So which rules a new model gets is always a decision
+in the data: a row, the documented "and later" rule, or the default (:meth:`CacheRulesTable.resolve`
+says which).
+
 The file is validated on load; a malformed one raises :class:`CacheRulesError` naming the row and
 the field. Prices are not here: they live in ``cachekit/cost/prices.json``.
 """
@@ -20,6 +28,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -67,6 +76,7 @@ _ROW_FIELDS = frozenset(
         "implicit_breakpoint",
         "over_limit",
         "ttl_order",
+        "later_versions",
         "source",
         "context_window_source",
         "checked",
@@ -74,7 +84,11 @@ _ROW_FIELDS = frozenset(
     }
 )
 # Fields a row may not inherit: where the numbers come from is per row.
-_OWN_FIELDS = frozenset({"provider", "prefix", "source", "context_window_source", "checked", "note"})
+_OWN_FIELDS = frozenset(
+    {"provider", "prefix", "source", "context_window_source", "checked", "note", "later_versions"}
+)
+# A model name's version: the digits (and dotted digits) after the name's stem, up to a separator.
+_VERSION = re.compile(r"([a-z][a-z-]*?-?)(\d+(?:\.\d+)*)(?=$|[-_:@])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +132,9 @@ class CacheRules:
     (OpenAI: "writes up to the latest four explicit breakpoints")."""
     ttl_order: bool = True
     """Longer lifetimes must come before shorter ones (Anthropic refuses a 1h after a 5m marker)."""
+    later_versions: bool = False
+    """The provider says these rules hold for later versions too: a later version of the name that no
+    row names takes this row (see the module docstring)."""
 
     def lifetime(self, tier: str) -> float:
         """Seconds of a lifetime *tier*: ``"5m"`` is the provider's shortest option, ``"1h"`` its
@@ -280,6 +297,10 @@ def _build(raw: Mapping[str, Any]) -> CacheRules:
     note = raw.get("note")
     if note is not None and not isinstance(note, str):
         raise _RowError("note", f"must be a string, got {note!r}")
+    if raw.get("later_versions") is not None:
+        extra["later_versions"] = _flag(raw, "later_versions")
+        if _version(prefix.lower()) is None:
+            raise _RowError("later_versions", f"needs a versioned prefix (like gpt-5.6), got {prefix!r}")
     return CacheRules(
         provider=provider.strip().lower(),
         prefix=prefix.lower(),
@@ -333,6 +354,14 @@ def _explicit_fields(raw: Mapping[str, Any]) -> dict[str, Any]:
             raise _RowError("over_limit", f"must be 'error' or 'write_latest', got {raw['over_limit']!r}")
         extra["over_limit"] = raw["over_limit"]
     return extra
+
+
+def _version(name: str) -> tuple[str, tuple[int, ...]] | None:
+    """A model name's stem and version (``gpt-6.2-sol`` -> ``("gpt-", (6, 2))``), or ``None``."""
+    match = _VERSION.match(name)
+    if match is None:
+        return None
+    return match.group(1), tuple(int(part) for part in match.group(2).split("."))
 
 
 def _label(index: int, raw: Any) -> str:
@@ -393,13 +422,40 @@ class CacheRulesTable:
         if family is None:
             known = ", ".join(self.providers)
             raise UnknownProviderError(f"no prompt-caching rules for provider {provider!r}; known: {known}")
+        return self.resolve(provider, model)[0]
+
+    def resolve(self, provider: str, model: str) -> tuple[CacheRules, Literal["family", "later", "default"]]:
+        """:meth:`lookup`, and how the row was chosen: ``family`` (its prefix names the model),
+        ``later`` (a ``later_versions`` row: the provider's "and later") or ``default``."""
+        family = self._by_provider.get(provider.strip().lower())
+        if family is None:
+            known = ", ".join(self.providers)
+            raise UnknownProviderError(f"no prompt-caching rules for provider {provider!r}; known: {known}")
         name = model.strip().lower()
         for row in family:
-            if _matches(row.prefix, name):
-                return row
-        raise AssertionError(
-            "unreachable: validation guarantees a default row per provider"
-        )  # pragma: no cover
+            if row.prefix and _matches(row.prefix, name):
+                return row, "family"
+        later = self._later(family, name)
+        if later is not None:
+            return later, "later"
+        default = next((row for row in family if not row.prefix), None)
+        assert default is not None, "validation guarantees a default row per provider"
+        return default, "default"
+
+    @staticmethod
+    def _later(family: list[CacheRules], name: str) -> CacheRules | None:
+        """The ``later_versions`` row of the highest version not above ``name``'s, on the same stem."""
+        wanted = _version(name)
+        if wanted is None:
+            return None
+        best: tuple[tuple[int, ...], CacheRules] | None = None
+        for row in family:
+            own = _version(row.prefix) if row.later_versions else None
+            if own is None or own[0] != wanted[0] or own[1] > wanted[1]:
+                continue
+            if best is None or own[1] > best[0]:
+                best = (own[1], row)
+        return None if best is None else best[1]
 
 
 def _validated_rows(raw_rows: list[Any], origin: str) -> list[CacheRules]:

@@ -36,7 +36,15 @@ from cachekit.errors import ConfigError, Finding, PrefixLintError
 from cachekit.shape.blocks import Block, content_digest, prompt_blocks
 from cachekit.shape.texts import TextMemo
 
-__all__ = ["Finding", "PrefixLintError", "PrefixLinter", "lint_blocks", "lint_request"]
+__all__ = [
+    "CHANGE_CODES",
+    "Finding",
+    "PrefixLintError",
+    "PrefixLinter",
+    "first_change",
+    "lint_blocks",
+    "lint_request",
+]
 
 logger = logging.getLogger("cachekit.lint")
 
@@ -569,6 +577,30 @@ def _message_findings(old: _Snapshot, new: _Snapshot, call: _Call) -> list[Findi
     ]
 
 
+#: The codes of what changed since a conversation's previous call (the others name volatile content).
+CHANGE_CODES = frozenset(
+    {
+        "model_changed",
+        "tools_reordered",
+        "tools_changed",
+        "system_changed",
+        "tool_choice_changed",
+        "thinking_changed",
+        "effort_changed",
+        "messages_changed",
+    }
+)
+
+
+def first_change(findings: Sequence[Finding]) -> str | None:
+    """Why a conversation's prefix stopped matching its previous call, in prefix order: the first
+    change's code and place (``messages_changed; at=messages.3``), or ``None``. Names no prompt text."""
+    for finding in findings:
+        if finding.code in CHANGE_CODES:
+            return f"{finding.code}; at={finding.where}"
+    return None
+
+
 def _compare(old: _Snapshot, new: _Snapshot, call: _Call) -> list[Finding]:
     """What changed between two calls of one conversation, in prefix order."""
     found: list[Finding] = []
@@ -581,7 +613,20 @@ def _compare(old: _Snapshot, new: _Snapshot, call: _Call) -> list[Finding]:
     return found
 
 
+def _named_conversation(body: dict[str, Any]) -> str | None:
+    """The conversation a request names itself: OpenAI's ``prompt_cache_key`` (the key its cache
+    routing groups a conversation by), else Anthropic's ``metadata.user_id`` (what an agent such as
+    Claude Code sets per session)."""
+    for path in (("prompt_cache_key",), ("metadata", "user_id")):
+        value = _field(body, path)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def _conversation_key(partition: bytes, dialect: str, call: _Call, explicit: bytes | str | None) -> bytes:
+    if explicit is None:
+        explicit = _named_conversation(call.body)
     if explicit is not None:
         given = explicit.encode("utf-8", "surrogatepass") if isinstance(explicit, str) else explicit
         return _digest(b"explicit", partition, given)
@@ -597,10 +642,11 @@ class PrefixLinter:
     """Prefix lint across the calls of each conversation: :func:`lint_request`'s findings plus what
     changed since the conversation's previous call.
 
-    A conversation is identified by ``(partition, dialect, its system prompt, its first message
-    block)``, deliberately not by model or tools, so that changes to those show. Pass
-    ``conversation=`` to :meth:`check` (the pipeline: the ``x-cachekit-conversation`` header) to name
-    conversations yourself; then a changed system prompt shows as ``system_changed`` too.
+    A conversation is identified by the name it gives itself (``conversation=`` to :meth:`check`, which
+    the pipeline takes from the ``x-cachekit-conversation`` header; else the body's
+    ``prompt_cache_key``; else its ``metadata.user_id``), or else by ``(partition, dialect, its system
+    prompt, its first message block)``, deliberately not by model or tools, so that changes to those
+    show. A named conversation shows a changed system prompt as ``system_changed`` too.
 
     Per conversation it keeps digests only (8-byte BLAKE2b of each tool's name and definition, each
     system block, each message block, the model and the settings), never prompt text, so a changed

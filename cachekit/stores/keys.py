@@ -26,6 +26,7 @@ __all__ = [
     "MEMO_KIND",
     "PROBE_KIND",
     "KeyParts",
+    "credential_fingerprint",
     "digest_fields",
     "exact_key",
     "key_prefix",
@@ -153,6 +154,20 @@ def digest_fields(fields: Iterable[bytes], *, domain: bytes, secret: bytes | Non
     return h.hexdigest()
 
 
+_BEARER = "bearer "
+
+
+def credential_fingerprint(value: str) -> str:
+    """``sha256:<hex>`` of a credential as an operator names it in configuration (``credential_tenants``,
+    the proxy's keys) without writing the credential itself: the SHA-256 of the key, with an
+    ``Authorization`` header's ``Bearer`` scheme removed first, so one key has one fingerprint whichever
+    header carries it (``cachekit proxy --fingerprint`` prints it)."""
+    token = value.strip()
+    if token[: len(_BEARER)].lower() == _BEARER:
+        token = token[len(_BEARER) :].strip()
+    return "sha256:" + hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def partition_for(
     headers: Mapping[str, str],
     *,
@@ -162,13 +177,17 @@ def partition_for(
     share_across_credentials: bool,
     request_tenant: str | None = None,
     trust_request_tenant: bool = False,
+    credential_tenants: Mapping[str, str] | None = None,
 ) -> PartitionId:
     """The partition a request's entries live in.
 
     The client's own settings give the base: its configured ``tenant`` (the application's choice,
     shared across credentials), else ``shared`` when sharing across credentials is opted in, else an
     HMAC of the credential keyed by the store's secret, so two API keys never share entries and the
-    raw credential is never stored, logged or usable to find entries without the store.
+    raw credential is never stored, logged or usable to find entries without the store. An operator
+    may map credentials to a tenant (``credential_tenants``: :func:`credential_fingerprint` to tenant
+    label): a request carrying a mapped credential is in that tenant's partition, shared by every
+    credential mapped to it and by nothing else.
 
     A ``request_tenant`` (the ``x-cachekit-tenant`` header, ``cachekit.policy(tenant=)``,
     ``@cachekit.cached(tenant=)``) can be set by any code on the request path, so by default it only
@@ -182,8 +201,31 @@ def partition_for(
     elif share_across_credentials:
         base = PartitionId("shared")
     else:
-        base = _credential_partition(headers, secret, credential_headers)
+        mapped = _mapped_tenant(headers, credential_headers, credential_tenants)
+        base = (
+            tenant_partition(mapped)
+            if mapped is not None
+            else _credential_partition(headers, secret, credential_headers)
+        )
     return narrowed_partition(base, request_tenant) if request_tenant else base
+
+
+def _mapped_tenant(
+    headers: Mapping[str, str],
+    credential_headers: Iterable[str],
+    credential_tenants: Mapping[str, str] | None,
+) -> str | None:
+    """The tenant the operator mapped one of the request's credentials to (the first in header-name
+    order, so the choice is fixed), or ``None``."""
+    if not credential_tenants:
+        return None
+    for name in sorted(set(credential_headers)):
+        value = headers.get(name)
+        if value:
+            found = credential_tenants.get(credential_fingerprint(value))
+            if found is not None:
+                return found
+    return None
 
 
 def _credential_partition(

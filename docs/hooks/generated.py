@@ -271,7 +271,7 @@ def cache_rules_table(provider: str | None) -> str:
         body.append(
             [
                 f"`{r.prefix}`" if r.prefix else "*(default)*",
-                r.mode,
+                r.mode + (" (and later versions no row names)" if r.later_versions else ""),
                 _cell(r.min_cacheable_tokens),
                 _cell(r.max_breakpoints) if explicit else _cell(r.increment_tokens) + " (step)",
                 _cell(r.lookback_positions) if explicit else "—",

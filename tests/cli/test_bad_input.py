@@ -70,6 +70,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "ledger.jsonl").write_bytes(b"")  # a ledger no call was recorded into yet
     with SQLiteStore(root / "store.db"):
         pass
+    (root / "unknown.toml").write_text('colour = "blue"\n')  # not a proxy setting
     (root / "adir").mkdir()
     (root / "a-file").write_text("a file, where a folder should be")
     for suffix in (".json", ".jsonl", ".sqlite3"):
@@ -91,6 +92,7 @@ GOOD: dict[str, list[str]] = {
     "health": ["--store", "sqlite://{work}/store.db", "--budget-ms", "60000"],
     "semantic-eval": ["{work}/pairs.jsonl"],
     "serve": ["--port", "0"],
+    "proxy": ["--port", "0"],
     "prices": ["claude-sonnet-4-5"],
     "replay": ["{work}/traces.jsonl", "--limit", "1", "--policy", "none"],
     "diff": ["{work}/request.json", "{work}/request.json"],
@@ -309,6 +311,14 @@ CASES: list[Case] = [
         blocked=("torch",),
         before=LOADING,
     ),
+    # proxy: a port out of range, a port in use, a missing settings file, a setting it does not know,
+    # too few workers, the extra
+    case("proxy", "--port", "99999", status=2, says=("--port", "0 to 65535")),
+    case("proxy", "--port", str(_BUSY), status=1, says=(f"127.0.0.1:{_BUSY}", "--port")),
+    case("proxy", "--config", "{work}/missing.toml", status=2, says=("missing.toml", "no such file")),
+    case("proxy", "--config", "{work}/unknown.toml", status=2, says=("unknown proxy setting", "colour")),
+    case("proxy", "--workers", "0", status=2, says=("--workers", "1 or more")),
+    case("proxy", "--port", "0", status=1, says=("uvicorn", "cachekit-llm[proxy]"), blocked=("uvicorn",)),
     # prices
     case(
         "prices",

@@ -140,3 +140,65 @@ def test_records_with_unknown_usage_are_counted_separately() -> None:
     )
     text = render_report([unknown], by="model")
     assert "1 call(s) had no usable usage object" in text
+
+
+# -- why did it miss: each record's prefix_change, counted ----------------------------------------
+
+#: The calls table as cachekit wrote it before ``prefix_change`` existed.
+_OLD_CALLS = """CREATE TABLE calls (
+    id INTEGER PRIMARY KEY, time REAL NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
+    tenant TEXT, site TEXT, outcome TEXT NOT NULL, uncached_input INTEGER, cache_write_5m INTEGER,
+    cache_write_1h INTEGER, cache_read INTEGER, output INTEGER, reasoning INTEGER,
+    usage_known INTEGER NOT NULL, problems TEXT, cost REAL, cost_without_caching REAL, saving REAL
+)"""
+
+
+def _old_ledger(path: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute(_OLD_CALLS)
+        conn.execute(
+            "INSERT INTO calls (time, provider, model, outcome, uncached_input, output, usage_known) "
+            "VALUES (?, 'anthropic', 'claude-sonnet-4-5', 'miss', 100, 10, 1)",
+            (T0,),
+        )
+    conn.close()
+
+
+def test_the_report_counts_why_prefixes_changed_in_the_table_and_json() -> None:
+    usage = UsageRecord(1_000, 0, 0, 0, 10)
+    ledger = Ledger([MemorySink()])
+    for change in (
+        "system_changed; at=system",
+        "system_changed; at=system",
+        "tools_reordered; at=tools.0",
+        None,
+    ):
+        ledger.record_call("anthropic", "claude-sonnet-4-5", usage, time=T0, prefix_change=change)
+    with ledger:
+        text = render_report(ledger)
+        doc = orjson.loads(render_report(ledger, as_json=True))
+    section = text[text.index("Why conversations' cached prefixes stopped matching") :].splitlines()
+    assert section[1:] == ["  system_changed; at=system    2 calls", "  tools_reordered; at=tools.0  1 call"]
+    assert doc["prefix_changes"] == [
+        {"change": "system_changed; at=system", "calls": 2},
+        {"change": "tools_reordered; at=tools.0", "calls": 1},
+    ]
+
+
+def test_a_ledger_written_before_prefix_change_reads_and_upgrades(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    _old_ledger(path)
+    before = path.read_bytes()
+    text = render_report(path)  # read-only: the old file is read as it is, nothing added
+    assert "claude-sonnet-4-5" in text
+    assert "Why conversations" not in text
+    assert path.read_bytes() == before
+    # A writer brings it up to date: the column is added, old rows read as without a change.
+    with Ledger([SQLiteSink(path)]) as ledger:
+        ledger.record_call(
+            "anthropic", "claude-sonnet-4-5", UsageRecord(1, 0, 0, 0, 1), time=T0 + 1, prefix_change="x; at=y"
+        )
+    with Ledger([SQLiteSink(path)]) as reread:
+        assert [r.prefix_change for r in reread.records()] == [None, "x; at=y"]

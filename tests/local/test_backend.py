@@ -496,6 +496,7 @@ def test_schemas_cannot_blow_up_the_scripted_answer(where: dict[str, Any]) -> No
     schema: dict[str, object] = {
         "type": "object",
         "properties": {"rows": nested, "n": {"type": "integer", "minimum": "3"}},
+        "required": ["rows", "n"],  # a call fills the required properties
     }
     with claude(where) as client:
         message = client.messages.create(

@@ -32,8 +32,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_closing",
         "_progress",
         "_format",
+        "_asgi_http",
     ),  # import nothing of cachekit
     ("_http", "errors"),
+    ("_asgi",),  # the HTTP server layer of serve and proxy
     ("providers", "stores", "cost"),  # what each provider is; where bytes are kept; what calls cost
     ("shape",),  # canonical form, blocks, lint, breakpoints and their lifetimes
     ("semantic",),
@@ -42,7 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline",),  # the stages, over everything above
     ("cache",),
     ("transport", "decorator"),
-    ("clients",),
+    ("clients", "proxy"),  # proxy: the HTTP front for any client
     ("cachekit", "testing"),
     ("replay",),
     ("cli",),

@@ -178,7 +178,7 @@ def test_a_missing_module_of_the_project_is_an_error_not_a_skip(tmp_path: Path) 
 
 def test_a_skip_names_the_extra_that_installs_the_package() -> None:
     assert skip_policy._extras_providing("numpy") == ["ann", "semantic", "semantic-torch"]
-    assert skip_policy._extras_providing("prometheus_client") == ["metrics", "dev"]
+    assert skip_policy._extras_providing("prometheus_client") == ["metrics", "proxy", "dev"]
     assert skip_policy._extras_providing("anthropic")[0] == "anthropic"
     assert skip_policy._missing_reason("redis") == (
         "needs 'redis', which is not installed (extra redis): scripts/test installs every test dependency"
