@@ -241,6 +241,12 @@ class ServerThread:
         host, port = self._socket.getsockname()[:2]
         return str(host), int(port)
 
+    @property
+    def url(self) -> str:
+        """``http://HOST:PORT`` (an IPv6 host in brackets): the base URL an SDK is given."""
+        host, port = self.address
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
     async def _wrapped(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The app's own lifespan runs first; its startup done, the server is up.
         if scope["type"] != "lifespan":

@@ -204,8 +204,7 @@ class LocalServer:
     @property
     def url(self) -> str:
         """The base URL to give an SDK (``http://127.0.0.1:PORT``)."""
-        host = self._server.address[0]
-        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+        return self._server.url
 
     def start(self) -> LocalServer:
         """Serve in a background thread."""

@@ -69,8 +69,7 @@ class ProxyServer:
     @property
     def url(self) -> str:
         """The base URL for an Anthropic SDK (``http://127.0.0.1:PORT``); OpenAI's takes it plus ``/v1``."""
-        host = self._server.address[0]
-        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+        return self._server.url
 
     def start(self) -> ProxyServer:
         """Serve in a background thread."""
