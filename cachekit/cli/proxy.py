@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import sys
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from cachekit.cli import _common
@@ -35,7 +37,6 @@ def _proxy(args: argparse.Namespace, out: TextIO) -> int:
         store=args.store,
         workers=args.workers,
     )
-    _configure_logging(args.log_format)
 
     def listening(url: str) -> None:
         workers = f"{config.workers} worker{'s' if config.workers > 1 else ''}"
@@ -47,7 +48,8 @@ def _proxy(args: argparse.Namespace, out: TextIO) -> int:
         out.flush()
 
     try:
-        serve(config, listening)
+        with _logging_to_stderr(args.log_format):
+            serve(config, listening)
     except OSError as exc:
         if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
             raise
@@ -69,8 +71,12 @@ def _fingerprints(out: TextIO) -> int:
     return 0
 
 
-def _configure_logging(form: str) -> None:
-    """One line per request on standard error: JSON (default) or plain text."""
+@contextlib.contextmanager
+def _logging_to_stderr(form: str) -> Iterator[None]:
+    """While the proxy serves: one line per request on standard error, JSON (default) or plain text,
+    uvicorn's own lines (startup, shutdown, workers) too; its access log is off (cachekit's replaces
+    it). The loggers are put back as they were afterwards: a program (or a test) that runs the command
+    in its own process keeps its logging."""
     import logging
 
     from cachekit.proxy.logs import JSONFormatter
@@ -81,12 +87,19 @@ def _configure_logging(form: str) -> None:
         if form == "json"
         else logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
     )
-    # uvicorn's own lines (startup, shutdown, workers) too: its access log is off (cachekit's replaces it).
-    for name in ("cachekit", "uvicorn.error"):
-        logger = logging.getLogger(name)
+    loggers = [logging.getLogger(name) for name in ("cachekit", "uvicorn.error")]
+    saved = [(logger.level, logger.propagate) for logger in loggers]
+    for logger in loggers:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
+    try:
+        yield
+    finally:
+        for logger, (level, propagate) in zip(loggers, saved, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
 
 
 def _add_proxy(commands: Any) -> None:

@@ -111,22 +111,31 @@ def serve(config: ProxyConfig, on_listen: Callable[[str], None] | None = None) -
     import uvicorn
 
     server = uvicorn.Server(settings)
-    if threading.current_thread() is threading.main_thread():
-        # uvicorn delivers the SIGTERM it caught again once its graceful shutdown is over, to the
-        # handler found at start: the default one would end the process by the signal (status -15)
-        # after a clean stop. The stop is done by then: exit 0, as a supervisor expects of it.
-        signal.signal(signal.SIGTERM, _stopped)
-    sock = bind(config.host, config.port)
-    if on_listen is not None:
-        host, port = sock.getsockname()[:2]
-        on_listen(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
-    if config.workers > 1:
-        from uvicorn.supervisors import Multiprocess
+    # uvicorn delivers the SIGTERM it caught again once its graceful shutdown is over, to the handler
+    # found at start: the default one would end the process by the signal (status -15) after a clean
+    # stop. This one ends it with status 0, as a supervisor expects of a clean stop (and a SIGTERM that
+    # comes before uvicorn listens still ends the process). It is this call's only: restored on the
+    # way out, so a caller that runs serve() in its own process (a test, an embedding program) and
+    # forks later does not hand its children a SIGTERM that does not stop them.
+    scoped = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stopped) if scoped else None
+    try:
+        sock = bind(config.host, config.port)
+        if on_listen is not None:
+            host, port = sock.getsockname()[:2]
+            on_listen(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+        if config.workers > 1:
+            from uvicorn.supervisors import Multiprocess
 
-        Multiprocess(settings, sockets=[sock]).run()
-    else:
-        server.run(sockets=[sock])
+            Multiprocess(settings, sockets=[sock]).run()
+        else:
+            server.run(sockets=[sock])
+    finally:
+        if scoped:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _stopped(signum: int, frame: Any) -> None:
-    """SIGTERM after the graceful shutdown it asked for has run: nothing is left to do."""
+    """SIGTERM outside uvicorn's own handling (after the graceful shutdown it asked for has run, or
+    before the server listens): end with status 0."""
+    raise SystemExit(0)

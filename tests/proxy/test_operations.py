@@ -301,3 +301,25 @@ def test_worker_processes_serve_and_share_one_redis(redis_url: str) -> None:
             status = process.wait(60)
             _close_pipes(process)
         assert status == 0
+
+
+def test_serve_leaves_the_callers_sigterm_handler_and_logging_as_it_found_them() -> None:
+    """``cachekit proxy`` run in a caller's own process (here: a port already taken, so it stops at
+    once) restores the SIGTERM handler it set for its clean exit (a process forked later by the caller,
+    a multiprocessing pool, must still stop on SIGTERM, as ``Pool.terminate`` expects) and the
+    ``cachekit`` logger it pointed at standard error (the caller's handlers must still see records)."""
+    import logging
+
+    from cachekit.cli import main
+
+    before = signal.getsignal(signal.SIGTERM)
+    logger = logging.getLogger("cachekit")
+    logged = (logger.level, logger.propagate, list(logger.handlers))
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        status = main(["proxy", "--port", str(port), "--store", "memory://"])
+    assert status == 1  # the port is taken: one line on stderr, no server
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert (logger.level, logger.propagate, list(logger.handlers)) == logged
