@@ -437,7 +437,9 @@ class Pipeline:
             if self._semantic.wants(control)
             else ((), None)
         )
-        return Call(key, view.route, seen.form, control, seen.model, partition, scope, binding)
+        return Call(
+            key, view.route, seen.form, control, seen.model, partition, scope, binding, verdict=seen.verdict
+        )
 
     def _remember(self, view: RequestView, verdict: Verdict) -> Seen:
         """Work out (and remember by the view's digest) what the key needs from a parsed body, and

@@ -20,6 +20,7 @@ from cachekit.pipeline.controls import Control
 from cachekit.pipeline.runtime import Runtime
 from cachekit.pipeline.view import Form, RequestView
 from cachekit.providers import CREDENTIAL_HEADERS, Route
+from cachekit.providers.state import Verdict
 from cachekit.semantic.binding import EntryBinding
 from cachekit.stores.keys import EXACT_KIND, exact_key, key_prefix, partition_for
 
@@ -45,6 +46,9 @@ class Call:
     #: Set by shaping on a miss: what changed since the conversation's previous call (lint's first
     #: change), for the answer's header and the ledger.
     prefix_change: str | None = None
+    #: What the body depends on outside itself, as admission classified it (once per body: the
+    #: semantic stage reads it rather than classifying the body again).
+    verdict: Verdict | None = None
 
 
 class Keyer:

@@ -162,6 +162,7 @@ class SemanticStage:
                 options=self._options,
                 ignore_fields=rt.config.ignore_fields,
                 urls_vouched=call.control.url_ttl is not None,
+                verdict=call.verdict,
             )
             if isinstance(prepared, str):
                 return prepared  # not eligible: the reason

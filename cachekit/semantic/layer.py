@@ -43,6 +43,7 @@ from cachekit.semantic.partition import SemanticRequest, split_request
 from cachekit.shape import canonical
 
 if TYPE_CHECKING:
+    from cachekit.providers.state import Verdict
     from cachekit.semantic.matcher import CalibrationSource, Examination, Matcher
 
 __all__ = ["Lookup", "SemanticConfig", "SemanticLayer", "SemanticMode", "SemanticStats", "ShadowJudge"]
@@ -304,10 +305,13 @@ class SemanticLayer:
         options: canonical.CanonicalOptions,
         ignore_fields: frozenset[str],
         urls_vouched: bool = False,
+        verdict: Verdict | None = None,
     ) -> SemanticRequest | str:
         """The request's partition and question, or why it is not eligible (counted by that reason:
         ``sampling``, ``not_text``, ...; the pipeline says it in ``x-cachekit-semantic-ineligible``).
-        ``urls_vouched``: the caller takes content given by URL as unchanged (``url_ttl``).
+        ``urls_vouched``: the caller takes content given by URL as unchanged (``url_ttl``);
+        ``verdict``: the body's classification when the caller already has it (the pipeline's
+        admission), else it is classified here.
 
         The embedding model's id is part of the partition: vectors of two models never meet.
         """
@@ -319,6 +323,7 @@ class SemanticLayer:
             ignore_fields=ignore_fields,
             allow_sampling=self.config.allow_sampling,
             urls_vouched=urls_vouched,
+            verdict=verdict,
         )
         if isinstance(prepared, str):
             self.stats.add("ineligible", prepared)

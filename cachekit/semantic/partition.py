@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachekit._types import Dialect
-from cachekit.providers.state import UNKEYED_FIELDS, classify
+from cachekit.providers.state import UNKEYED_FIELDS, Verdict, classify
 from cachekit.shape import canonical
 
 __all__ = ["SemanticRequest", "asks_for_variety", "split_request"]
@@ -58,6 +58,7 @@ def split_request(
     ignore_fields: frozenset[str] = frozenset(),
     allow_sampling: bool = False,
     urls_vouched: bool = False,
+    verdict: Verdict | None = None,
 ) -> SemanticRequest | str:
     """The partition and question of ``body``, or the reason it cannot be served semantically.
 
@@ -70,10 +71,14 @@ def split_request(
         ignore_fields: top-level fields the exact key leaves out (``CacheConfig.ignore_fields``).
         allow_sampling: also serve requests that ask for variety (:func:`asks_for_variety`).
         urls_vouched: the caller takes content given by URL as unchanged (``url_ttl``).
+        verdict: :func:`~cachekit.providers.state.classify`'s verdict on ``body`` when the caller
+            already has it (the pipeline classified it once, at admission); else it is asked here.
     """
     if not allow_sampling and asks_for_variety(body):
         return "sampling"
-    if remaining := classify(dialect, body).remaining(urls_vouched=urls_vouched):
+    if verdict is None:
+        verdict = classify(dialect, body)
+    if remaining := verdict.remaining(urls_vouched=urls_vouched):
         return "server_state" if any(r.startswith("server-state:") for r in remaining) else "live_data"
     if dialect == "openai_responses":
         split = _split_responses(body)

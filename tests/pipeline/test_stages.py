@@ -240,6 +240,40 @@ def test_one_request_builds_its_prompt_blocks_once(monkeypatch: pytest.MonkeyPat
     assert len(walks) == 1
 
 
+def test_one_request_classifies_its_body_once_with_the_semantic_cache_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a body depends on outside itself is asked of the table once per request: admission
+    classifies it, and the semantic stage reads that verdict instead of classifying the body again."""
+    np = pytest.importorskip("numpy")
+    from cachekit.pipeline import controls as controls_module
+    from cachekit.providers import state
+    from cachekit.semantic import SemanticConfig
+    from cachekit.semantic import partition as partition_module
+
+    class UnitEmbedder:  # two-dimensional unit vectors: this counts classifications, not meaning
+        model_id = "test:unit"
+        dimension = 2
+
+        def embed(self, texts: Any) -> Any:
+            return np.full((len(texts), 2), 0.5**0.5, dtype=np.float32)
+
+    calls: list[object] = []
+
+    def counting(dialect: Any, body: Any) -> Any:
+        calls.append(body)
+        return state.classify(dialect, body)
+
+    monkeypatch.setattr(controls_module, "classify", counting)
+    monkeypatch.setattr(partition_module, "classify", counting)
+    semantic = pipeline(semantic=SemanticConfig(embedder=UnitEmbedder()))
+    req = request(CHAT_URL, openai_chat(), **{"x-cachekit-semantic": "on"})
+    response, effects = drive(semantic, req, answering(CHAT_ANSWER), {})
+    assert response.headers["x-cachekit-cache"] == "miss"
+    assert any(isinstance(e, Offload) for e in effects)  # the semantic stage ran (its lookup)
+    assert len(calls) == 1
+
+
 def test_shaping_serializes_the_body_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Canonical form, stable-first and breakpoints change the body; it is written once after them
     (and once before, as the canonical bytes the key is made of)."""
