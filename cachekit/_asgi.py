@@ -20,7 +20,7 @@ import logging
 import socket
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from cachekit.errors import MissingExtraError
 
@@ -28,6 +28,7 @@ __all__ = [
     "Receive",
     "Scope",
     "Send",
+    "ServerHandle",
     "ServerThread",
     "Stalled",
     "TooLarge",
@@ -302,6 +303,51 @@ class ServerThread:
             self._thread.join()
             self._thread = None
         self._socket.close()
+
+
+_H = TypeVar("_H", bound="ServerHandle")
+
+
+class ServerHandle:
+    """What the servers cachekit runs in a process (``LocalServer``, ``ProxyServer``) have in common:
+    a :class:`ServerThread` (set by the subclass as ``_server``), its address, start, stop and the
+    context-manager form."""
+
+    _server: ServerThread
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return self._server.address[1]
+
+    @property
+    def url(self) -> str:
+        """The base URL to give an SDK (``http://127.0.0.1:PORT``; OpenAI's SDKs take it plus ``/v1``)."""
+        return self._server.url
+
+    @property
+    def draining(self) -> threading.Event:
+        """Set once :meth:`stop` has stopped accepting and waits for an answer still in flight."""
+        return self._server.draining
+
+    def start(self: _H) -> _H:
+        """Serve in a background thread."""
+        self._server.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until SIGINT or SIGTERM (in-flight answers finish first)."""
+        self._server.run_here()
+
+    def stop(self) -> None:
+        """Stop: no new connections; in-flight answers (streams) finish first; the socket is closed."""
+        self._server.stop()
+
+    def __enter__(self: _H) -> _H:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
 
 def raw_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

@@ -33,6 +33,7 @@ from cachekit._asgi import (
     Receive,
     Scope,
     Send,
+    ServerHandle,
     ServerThread,
     header_dict,
     raw_headers,
@@ -161,7 +162,7 @@ async def _stream(send: Send, reply: Reply, events: Iterator[bytes]) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-class LocalServer:
+class LocalServer(ServerHandle):
     """A :class:`LocalBackend` served over HTTP on ``host:port`` (port 0: a free one).
 
     Use as a context manager, or :meth:`start` / :meth:`stop`; :meth:`serve_forever` blocks (and
@@ -195,32 +196,3 @@ class LocalServer:
         """The most bytes of any one request's body taken so far (never more than ``max_body``):
         what the server held for a body, beyond the HTTP parser's bounded read buffer."""
         return self._app.peak_body_read
-
-    @property
-    def port(self) -> int:
-        """The port it listens on."""
-        return self._server.address[1]
-
-    @property
-    def url(self) -> str:
-        """The base URL to give an SDK (``http://127.0.0.1:PORT``)."""
-        return self._server.url
-
-    def start(self) -> LocalServer:
-        """Serve in a background thread."""
-        self._server.start()
-        return self
-
-    def serve_forever(self) -> None:
-        """Serve in this thread until SIGINT or SIGTERM (in-flight answers finish first)."""
-        self._server.run_here()
-
-    def stop(self) -> None:
-        """Stop serving (in-flight answers finish first) and close the listening socket."""
-        self._server.stop()
-
-    def __enter__(self) -> LocalServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()

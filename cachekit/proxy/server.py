@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cachekit._asgi import ServerThread, bind, server_config
+from cachekit._asgi import ServerHandle, ServerThread, bind, server_config
 from cachekit.cost.ledger import LedgerSink
 from cachekit.proxy.app import ProxyApp
 from cachekit.proxy.config import ENV_CONFIG, ProxyConfig
@@ -40,7 +40,7 @@ def _refusal(path: str, headers: dict[str, str]) -> tuple[int, list[tuple[str, s
     return 400, [("content-type", "application/json"), ("x-should-retry", "false")], orjson.dumps(document)
 
 
-class ProxyServer:
+class ProxyServer(ServerHandle):
     """The proxy on a background thread, on ``config.host``:``config.port`` (0: a free port).
 
     ``store``, ``sinks``, ``transport`` and ``metrics`` go to :class:`ProxyApp` (tests share a store or
@@ -60,36 +60,6 @@ class ProxyServer:
         self._server = ServerThread(
             self.app, host=config.host, port=config.port, name="cachekit-proxy", **_settings(config)
         )
-
-    @property
-    def port(self) -> int:
-        """The port it listens on."""
-        return self._server.address[1]
-
-    @property
-    def url(self) -> str:
-        """The base URL for an Anthropic SDK (``http://127.0.0.1:PORT``); OpenAI's takes it plus ``/v1``."""
-        return self._server.url
-
-    def start(self) -> ProxyServer:
-        """Serve in a background thread."""
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop: no new connections; in-flight answers (streams) finish first."""
-        self._server.stop()
-
-    @property
-    def draining(self) -> threading.Event:
-        """Set once :meth:`stop` has stopped accepting and waits for an answer still in flight."""
-        return self._server.draining
-
-    def __enter__(self) -> ProxyServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def serve(config: ProxyConfig, on_listen: Callable[[str], None] | None = None) -> None:
