@@ -13,22 +13,12 @@ import pytest
 
 from cachekit import cli
 from tests.redis_servers import RedisServer, redis8_server  # noqa: F401
+from tests.semantic.test_eval import KEYS as COUNT_KEYS
 
 pytestmark = pytest.mark.slow
 
-KEYS = [
-    "pairs",
-    "same",
-    "different",
-    "true_hits",
-    "false_hits",
-    "precision",
-    "precision_low",
-    "precision_high",
-    "recall",
-    "false_hit_rate",
-    "by_kind",
-]
+#: A report's fields, then its counts per kind (the fields of one count: tests/semantic/test_eval.py).
+KEYS = [*COUNT_KEYS, "by_kind"]
 
 # Written for this test (not taken from any evaluation file).
 PAIRS = [
