@@ -200,13 +200,16 @@ def aggregate_totals(rows: Iterable[Totals]) -> Totals:
 def render_json(rows: Sequence[Totals], by: str | Sequence[str], *, since: float | None = None) -> str:
     """The report as JSON: the grouping, each group's totals and the grand total (dollar amounts
     rounded to :data:`~cachekit._format.MONEY_DECIMALS` places)."""
-    doc: dict[str, Any] = {
+    return orjson.dumps(_json_document(rows, by, since), option=orjson.OPT_INDENT_2).decode()
+
+
+def _json_document(rows: Sequence[Totals], by: str | Sequence[str], since: float | None) -> dict[str, Any]:
+    return {
         "by": list(parse_by(by)),
         "since": since,
         "groups": [_rounded(r.to_dict()) for r in rows],
         "total": _rounded(aggregate_totals(rows).to_dict()),
     }
-    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
 
 
 def _rounded(totals: dict[str, Any]) -> dict[str, Any]:
@@ -241,39 +244,31 @@ def _shadow_cells(summary: ShadowSummary) -> list[str]:
     ]
 
 
-def render_shadow(records: Sequence[ShadowRecord], *, target: float = DEFAULT_TARGET_PRECISION) -> str:
+def render_shadow(
+    records: Sequence[ShadowRecord], *, target: float = DEFAULT_TARGET_PRECISION, width: int | None = None
+) -> str:
     """The semantic cache's shadow section as text: per partition (its id shortened) and in total,
     the requests watched, those with a judged candidate, right over would-be hits, precision with its
     95 % Wilson interval, recall, the threshold(s) in force, and the lowest threshold whose lower
-    bound reaches ``target`` (with its right/served and lower bound)."""
+    bound reaches ``target`` (with its right/served and lower bound); in the reports' one look
+    (:func:`cachekit._format.table`), fitted to ``width`` when given."""
     parts, total = summarize(records, target)
-    headers = [
-        "partition",
-        "model",
-        "requests",
-        "judged",
-        "right/hits",
-        "precision",
-        "95% interval",
-        "recall",
-        "threshold",
-        f"threshold for precision >= {target:g}",
+    columns = [
+        Column("partition", label=True),
+        Column("model", label=True),
+        Column("requests"),
+        Column("judged"),
+        Column("right/hits"),
+        Column("precision"),
+        Column("95% interval"),
+        Column("recall"),
+        Column("threshold"),
+        Column(f"threshold for precision >= {target:g}"),
     ]
     rows = [[(p.partition or "")[:12], ", ".join(p.models), *_shadow_cells(p)] for p in parts]
-    rows.append(["total", "", *_shadow_cells(total)])
-    widths = [max(len(line[i]) for line in [headers, *rows]) for i in range(len(headers))]
-
-    def fmt(line: Sequence[str]) -> str:
-        return "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
     lines = [
         "semantic cache, shadow mode: what it would have served on this traffic",
-        fmt(headers),
-        rule,
-        *(fmt(line) for line in rows[:-1]),
-        rule,
-        fmt(rows[-1]),
+        table(columns, rows, footer=["total", "", *_shadow_cells(total)], width=width),
         "precision: right would-be hits / would-be hits; recall: of the requests a stored answer "
         "would have served right, the share served; the suggested threshold is measured on these "
         "same records",
@@ -379,19 +374,18 @@ def render_report(
         plot(records, plot_path)
     changes = prefix_changes(records)
     if as_json:
-        text = render_json(rows, names, since=since_ts)
-        if not shadow and not changes:
-            return text
-        document = orjson.loads(text)
+        document = _json_document(rows, names, since_ts)
         if changes:
             document["prefix_changes"] = [{"change": change, "calls": calls} for change, calls in changes]
         if shadow:
             document["shadow"] = _shadow_json(shadow, target_precision)
         return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
-    table = render_table(rows, names, width=width)
+    text = render_table(rows, names, width=width)
     if changes:  # "why did it miss?": what broke conversations' cached prefixes
-        table = table.rstrip("\n") + "\n\n" + render_prefix_changes(changes)
-    return table if not shadow else table + "\n\n" + render_shadow(shadow, target=target_precision)
+        text = text.rstrip("\n") + "\n\n" + render_prefix_changes(changes)
+    if shadow:
+        text += "\n\n" + render_shadow(shadow, target=target_precision, width=width)
+    return text
 
 
 def prefix_changes(records: Iterable[CallRecord]) -> list[tuple[str, int]]:
