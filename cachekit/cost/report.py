@@ -43,7 +43,6 @@ __all__ = [
     "DEFAULT_TARGET_PRECISION",
     "aggregate_totals",
     "load_records",
-    "load_shadow_records",
     "parse_by",
     "parse_since",
     "plot",
@@ -85,15 +84,6 @@ def load_records(path: str | Path | None = None, since: float | None = None) -> 
     if not path.exists():
         return []
     return read_ledger(path, since).records
-
-
-def load_shadow_records(path: str | Path | None = None, since: float | None = None) -> list[ShadowRecord]:
-    """Read a ledger file's shadow records (SQLite by default, ``.jsonl`` as JSON lines) without
-    writing to it or beside it; a missing file holds none."""
-    path = Path(path) if path is not None else default_ledger_path()
-    if not path.exists():
-        return []
-    return read_ledger(path, since).shadow
 
 
 def parse_by(by: str | Sequence[str]) -> tuple[str, ...]:
