@@ -198,9 +198,14 @@ class _LocalModel(_CachedEmbedder):
     :attr:`dimension`), once, under a lock. A subclass's ``_open`` returns the loaded model and sets
     ``_dimension``."""
 
-    _model: Any = None
-    _dimension: int | None = None
-    _load_lock: Any
+    def __init__(self, cache_size: int) -> None:
+        self._cache = _TextCache(cache_size)
+        self._model: Any = None
+        self._model_id: str | None = None
+        self._dimension: int | None = None
+        self._load_lock = _fork.lock(self)
+        # A fast tokenizer refuses concurrent use from threads ("Already borrowed"): one encode at a time.
+        self._encode_lock = _fork.lock(self)
 
     def _open(self) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -349,13 +354,7 @@ class SentenceTransformerEmbedder(_LocalModel):
         self._name = name
         self._device = device
         self._batch_size = batch_size
-        self._cache = _TextCache(cache_size)
-        self._model: Any = None
-        self._model_id: str | None = None
-        self._dimension: int | None = None
-        self._load_lock = _fork.lock(self)
-        # Fast tokenizers refuse concurrent use from threads ("Already borrowed"): one encode at a time.
-        self._encode_lock = _fork.lock(self)
+        super().__init__(cache_size)
 
     @property
     def path(self) -> Path:
@@ -584,15 +583,9 @@ class OnnxEmbedder(_LocalModel):
         self._name = name or (ONNX_MODEL_NAME if bundled else model_path.stem)
         self._threads = threads
         self._max_tokens = max_tokens
-        self._cache = _TextCache(cache_size)
-        self._model: Any = None  # the onnxruntime session
         self._tokenizer: Any = None
         self._inputs: frozenset[str] = frozenset()
-        self._model_id: str | None = None
-        self._dimension: int | None = None
-        self._load_lock = _fork.lock(self)
-        # A fast tokenizer refuses concurrent use from threads ("Already borrowed"): one encode at a time.
-        self._encode_lock = _fork.lock(self)
+        super().__init__(cache_size)  # the model: the onnxruntime session
 
     @property
     def path(self) -> Path:
